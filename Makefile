@@ -1,0 +1,28 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install run test bench lint clean
+
+install: $(STAMP)
+
+# Re-install only when the project definition changes; editable, so code edits need nothing.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+run: install
+	$(BIN)/goondan run configs/quickstart --input "What is 19 plus 23? Ask the researcher for a fun fact too."
+
+test: install
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

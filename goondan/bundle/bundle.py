@@ -1,0 +1,110 @@
+"""A validated bundle: every resource, looked up by kind, name and package scope."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from goondan.bundle.model import (
+    LOCAL_SCOPE,
+    AgentSpec,
+    ModelSpec,
+    ObjectRef,
+    Resource,
+    SwarmSpec,
+)
+
+
+class Bundle:
+    """Resources of a bundle directory plus the packages it depends on (e.g. `@goondan/base`).
+
+    Built only by `load_bundle`, which guarantees every reference resolves.
+    """
+
+    def __init__(self, root: Path, resources: list[Resource], package_name: str | None) -> None:
+        self.root = root
+        self.resources = resources
+        self.package_name = package_name  # the local Package document's name, if any
+        self._index: dict[tuple[str, str, str], Resource] = {
+            (r.package, r.kind, r.name): r for r in resources
+        }
+
+    def find(self, ref: ObjectRef, from_package: str = LOCAL_SCOPE) -> Resource | None:
+        """Resolve a reference: its own `package`, else the referrer's scope, else the local one."""
+        scopes = [ref.package] if ref.package else [from_package, LOCAL_SCOPE]
+        if ref.package and ref.package == self.package_name:
+            scopes.append(LOCAL_SCOPE)
+        for scope in scopes:
+            hit = self._index.get((scope, ref.kind, ref.name))
+            if hit is not None:
+                return hit
+        return None
+
+    def resolve(self, ref: ObjectRef, from_package: str = LOCAL_SCOPE) -> Resource:
+        hit = self.find(ref, from_package)
+        if hit is None:  # load_bundle has checked every ref, so this is a programming error
+            raise KeyError(f"unresolved reference {ref}")
+        return hit
+
+    def of_kind(self, kind: str) -> list[Resource]:
+        return [r for r in self.resources if r.kind == kind]
+
+    def local(self, kind: str, name: str) -> Resource | None:
+        return self._index.get((LOCAL_SCOPE, kind, name))
+
+    # -- swarm-level views used by the orchestrator and the agent processes ---------------------
+
+    def swarm_names(self) -> list[str]:
+        return [r.name for r in self.of_kind("Swarm") if r.package == LOCAL_SCOPE]
+
+    def select_swarm(self, name: str | None) -> Resource:
+        """`--swarm NAME`, else the one named `default`, else the only one.
+
+        Raises `LookupError` with a message a user can act on.
+        """
+        swarms = [r for r in self.of_kind("Swarm") if r.package == LOCAL_SCOPE]
+        if name is not None:
+            for swarm in swarms:
+                if swarm.name == name:
+                    return swarm
+            known = ", ".join(s.name for s in swarms) or "none"
+            raise LookupError(f"no Swarm named '{name}' in {self.root} (swarms: {known})")
+        if not swarms:
+            raise LookupError(f"{self.root} declares no Swarm: add a `kind: Swarm` resource")
+        for swarm in swarms:
+            if swarm.name == "default":
+                return swarm
+        if len(swarms) == 1:
+            return swarms[0]
+        names = ", ".join(s.name for s in swarms)
+        raise LookupError(f"{self.root} declares several swarms ({names}): pick one with --swarm")
+
+    def swarm_agents(self, swarm: Resource) -> dict[str, Resource]:
+        """Agent name -> Agent resource, in the order the swarm lists them."""
+        spec: SwarmSpec = swarm.spec
+        agents = (self.resolve(item.ref, swarm.package) for item in spec.agents)
+        return {agent.name: agent for agent in agents}
+
+    def entry_agent(self, swarm: Resource) -> str:
+        spec: SwarmSpec = swarm.spec
+        return self.resolve(spec.entry_agent, swarm.package).name
+
+    def agent_model(self, agent: Resource) -> Resource:
+        spec: AgentSpec = agent.spec
+        return self.resolve(spec.model_config.model_ref, agent.package)
+
+    def agent_tools(self, agent: Resource) -> list[Resource]:
+        spec: AgentSpec = agent.spec
+        return [self.resolve(item.ref, agent.package) for item in spec.tools]
+
+    def system_prompt(self, agent: Resource) -> str | None:
+        """`prompt.system`, or the text of `prompt.systemRef` (read relative to the bundle root)."""
+        spec: AgentSpec = agent.spec
+        if spec.prompt is None:
+            return None
+        if spec.prompt.system_ref is not None:
+            return (agent.source.root / spec.prompt.system_ref).read_text(encoding="utf-8")
+        return spec.prompt.system
+
+    def model_spec(self, agent: Resource) -> ModelSpec:
+        spec: ModelSpec = self.agent_model(agent).spec
+        return spec

@@ -1,0 +1,212 @@
+"""Typed Goondan resources, as the rest of the product sees them after loading.
+
+The loader (`loader.py`) parses YAML and the validator (`validate.py`) checks it; what comes out is
+one `Bundle` holding these Structs. Field names are snake_case here and camelCase in YAML.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+KINDS = ("Package", "Model", "Agent", "Swarm", "Tool", "Extension", "Connector", "Connection")
+Kind = Literal["Package", "Model", "Agent", "Swarm", "Tool", "Extension", "Connector", "Connection"]
+LOCAL_SCOPE = "__local__"
+
+
+class ObjectRef(msgspec.Struct, frozen=True):
+    """`Kind/name`, or `{kind, name, package}`; `package=None` means the referrer's own scope."""
+
+    kind: str
+    name: str
+    package: str | None = None
+
+    def __str__(self) -> str:
+        scope = f" (package {self.package})" if self.package else ""
+        return f"{self.kind}/{self.name}{scope}"
+
+
+class SecretRef(msgspec.Struct, frozen=True):
+    ref: str  # "Secret/<name>"
+    key: str
+
+
+class ValueSource(msgspec.Struct, frozen=True):
+    """Exactly one of `value`, `env`, `secret_ref` is set (the validator enforces it)."""
+
+    value: str | None = None
+    env: str | None = None
+    secret_ref: SecretRef | None = None
+
+
+class Source(msgspec.Struct, frozen=True):
+    """Where a resource was declared: for error messages and for resolving `entry` paths."""
+
+    file: Path
+    line: int  # 1-based line of the document's first key
+    doc_index: int
+    root: Path  # the directory `entry` paths are relative to (bundle root, or a package's root)
+
+
+class Metadata(msgspec.Struct, frozen=True):
+    name: str
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class PackageDependency(msgspec.Struct, frozen=True):
+    name: str
+    version: str = "*"
+
+
+class PackageSpec(msgspec.Struct, frozen=True):
+    version: str | None = None
+    description: str | None = None
+    dependencies: tuple[PackageDependency, ...] = ()
+
+
+class ModelCapabilities(msgspec.Struct, frozen=True):
+    streaming: bool = False
+    tool_calling: bool = True
+
+
+class ModelSpec(msgspec.Struct, frozen=True):
+    provider: str  # "scripted" | "openai" | "anthropic" | ...
+    model: str
+    api_key: ValueSource | None = None
+    endpoint: str | None = None
+    options: dict[str, Any] = {}
+    capabilities: ModelCapabilities = ModelCapabilities()
+
+
+class RefItem(msgspec.Struct, frozen=True):
+    ref: ObjectRef
+    config: dict[str, Any] | None = None  # per-ref config (extensions)
+
+
+class AgentModelConfig(msgspec.Struct, frozen=True):
+    model_ref: ObjectRef
+    params: dict[str, Any] = {}  # temperature, maxTokens, topP, ... as written in YAML
+
+
+class AgentPrompt(msgspec.Struct, frozen=True):
+    system: str | None = None
+    system_ref: str | None = None  # path relative to the bundle root
+
+
+class AgentSpec(msgspec.Struct, frozen=True):
+    model_config: AgentModelConfig
+    prompt: AgentPrompt | None = None
+    tools: tuple[RefItem, ...] = ()
+    extensions: tuple[RefItem, ...] = ()
+    required_tools: tuple[str, ...] = ()
+
+
+class ShutdownPolicy(msgspec.Struct, frozen=True):
+    grace_period_seconds: float = 300.0
+
+
+class LifecyclePolicy(msgspec.Struct, frozen=True):
+    ttl_seconds: float | None = None
+    gc_grace_seconds: float | None = None
+
+
+class SwarmPolicy(msgspec.Struct, frozen=True):
+    max_steps_per_turn: int = 32
+    lifecycle: LifecyclePolicy = LifecyclePolicy()
+    shutdown: ShutdownPolicy = ShutdownPolicy()
+
+
+class SwarmSpec(msgspec.Struct, frozen=True):
+    entry_agent: ObjectRef
+    agents: tuple[RefItem, ...]
+    instance_key: str | None = None
+    policy: SwarmPolicy = SwarmPolicy()
+
+
+class ToolExport(msgspec.Struct, frozen=True):
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    entry: str  # relative to Source.root
+    exports: tuple[ToolExport, ...]
+    error_message_limit: int = 1000
+
+
+class ExtensionSpec(msgspec.Struct, frozen=True):
+    entry: str
+    config: dict[str, Any] = {}
+
+
+class ConnectorEventSpec(msgspec.Struct, frozen=True):
+    name: str
+    properties: dict[str, Any] = {}
+
+
+class ConnectorSpec(msgspec.Struct, frozen=True):
+    entry: str
+    events: tuple[ConnectorEventSpec, ...] = ()
+
+
+class IngressRoute(msgspec.Struct, frozen=True):
+    agent_ref: ObjectRef | None = None
+    instance_key: str | None = None
+    instance_key_property: str | None = None
+    instance_key_prefix: str | None = None
+
+
+class IngressMatch(msgspec.Struct, frozen=True):
+    event: str | None = None
+    properties: dict[str, str | int | float | bool] = {}
+
+
+class IngressRule(msgspec.Struct, frozen=True):
+    match: IngressMatch = IngressMatch()
+    route: IngressRoute = IngressRoute()
+
+
+class ConnectionSpec(msgspec.Struct, frozen=True):
+    connector_ref: ObjectRef
+    swarm_ref: ObjectRef | None = None
+    config: dict[str, ValueSource] = {}
+    secrets: dict[str, ValueSource] = {}
+    ingress_rules: tuple[IngressRule, ...] = ()
+
+
+Spec = (
+    PackageSpec
+    | ModelSpec
+    | AgentSpec
+    | SwarmSpec
+    | ToolSpec
+    | ExtensionSpec
+    | ConnectorSpec
+    | ConnectionSpec
+)
+
+
+class Resource(msgspec.Struct, frozen=True):
+    """One loaded resource. `package` is its scope: a package name, or `LOCAL_SCOPE`."""
+
+    kind: str
+    metadata: Metadata
+    spec: Any  # the Spec Struct matching `kind`
+    package: str
+    source: Source
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}/{self.metadata.name}"
+
+    def entry_path(self) -> Path:
+        """Absolute path of `spec.entry` for Tool/Extension/Connector resources."""
+        return (self.source.root / self.spec.entry).resolve()
