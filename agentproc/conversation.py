@@ -1,0 +1,163 @@
+"""A conversation on disk, event sourced: `base.jsonl` + `events.jsonl`.
+
+Every message appended during a turn is written to `events.jsonl` (to the OS, before the loop
+moves on), so an agent crash loses nothing. At turn end `fold()` writes a new base atomically
+(write, fsync, rename) and only then empties the events. Loading replays base + events, and
+gives every tool call that never got a result a synthetic error result, written back to disk,
+so the conversation stays valid for the provider.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import msgspec
+
+from agentproc.messages import Message
+
+INTERRUPTED = (
+    '{"status":"error","error":{"code":"E_TOOL_INTERRUPTED","message":'
+    '"The agent process stopped before this tool call finished."}}'
+)
+
+
+class MessageEvent(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="op"):
+    pass
+
+
+class Append(MessageEvent, tag="append"):
+    message: Message
+
+
+class Truncate(MessageEvent, tag="truncate"):
+    pass
+
+
+AnyEvent = Append | Truncate
+_encoder = msgspec.json.Encoder()
+_event_decoder = msgspec.json.Decoder(AnyEvent)
+_message_decoder = msgspec.json.Decoder(Message)
+
+
+class Conversation:
+    def __init__(self, directory: Path, *, fsync_events: bool = False) -> None:
+        self.directory = directory
+        self.base_path = directory / "base.jsonl"
+        self.events_path = directory / "events.jsonl"
+        self._fsync_events = fsync_events
+        self._events_fd: int | None = None
+        self.messages: list[Message] = []
+        self._dirty = False
+
+    def load(self) -> list[Message]:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.messages = [_message_decoder.decode(line) for line in _lines(self.base_path)]
+        replayed = False
+        for line in _lines(self.events_path):
+            try:
+                event = _event_decoder.decode(line)
+            except msgspec.DecodeError:
+                break  # a torn last line from a crash: everything before it is intact
+            replayed = True
+            if isinstance(event, Append):
+                self.messages.append(event.message)
+            else:
+                self.messages.clear()
+        repaired = _answer_dangling_tool_calls(self.messages)
+        self._dirty = replayed or repaired
+        if self._dirty:
+            self.fold()
+        return self.messages
+
+    def append(self, message: Message) -> None:
+        self.messages.append(message)
+        self._write_event(Append(message))
+
+    def truncate(self) -> None:
+        self.messages.clear()
+        self._write_event(Truncate())
+
+    def fold(self) -> None:
+        """Make base = base + events, atomically, then clear the events."""
+        if not self._dirty:
+            return
+        tmp = self.base_path.with_suffix(".jsonl.tmp")
+        with open(tmp, "wb") as out:
+            for message in self.messages:
+                out.write(_encoder.encode(message) + b"\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.base_path)
+        _fsync_dir(self.directory)
+        self._close_events()
+        with open(self.events_path, "wb"):
+            pass
+        self._dirty = False
+
+    def close(self) -> None:
+        self._close_events()
+
+    def _write_event(self, event: AnyEvent) -> None:
+        if self._events_fd is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._events_fd = os.open(
+                self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
+            )
+        # One write() per event: it reaches the OS before we return, so a crash keeps it.
+        os.write(self._events_fd, _encoder.encode(event) + b"\n")
+        if self._fsync_events:
+            os.fsync(self._events_fd)
+        self._dirty = True
+
+    def _close_events(self) -> None:
+        if self._events_fd is not None:
+            os.close(self._events_fd)
+            self._events_fd = None
+
+
+def _lines(path: Path) -> list[bytes]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    return [line for line in data.split(b"\n") if line.strip()]
+
+
+def _answer_dangling_tool_calls(messages: list[Message]) -> bool:
+    """Insert an error result after every tool call that has none. Returns True if any."""
+    answered = {m.tool_call_id for m in messages if m.role == "tool"}
+    repaired: list[Message] = []
+    changed = False
+    for message in messages:
+        repaired.append(message)
+        for call in message.tool_calls:
+            if call.id not in answered:
+                repaired.append(
+                    Message(
+                        id=f"{message.id}-interrupted-{call.id}",
+                        role="tool",
+                        content=INTERRUPTED,
+                        tool_call_id=call.id,
+                    )
+                )
+                changed = True
+    if changed:
+        # Results must directly follow their assistant message; rebuild in that order.
+        by_call = {m.tool_call_id: m for m in repaired if m.role == "tool"}
+        ordered: list[Message] = []
+        for message in repaired:
+            if message.role == "tool":
+                continue
+            ordered.append(message)
+            ordered.extend(by_call[c.id] for c in message.tool_calls if c.id in by_call)
+        messages[:] = ordered
+    return changed
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+

@@ -1,0 +1,133 @@
+"""Start-up of an AgentProcess: arguments, parent-death signal, loading, then run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+
+import structlog
+import zmq
+
+from agentproc.process import AgentProcess
+from agentproc.providers import make_provider
+from agentproc.tool_registry import ToolLoadError, ToolRegistry
+from agentproc.turn import AgentDefinition
+from goondan.bundle import BundleInvalid, load_bundle, resolve_value
+from goondan.logs import configure_logging
+from goondan.paths import StatePaths
+from ipc import messages as wire
+from ipc.endpoints import connect_dealer
+
+_PR_SET_PDEATHSIG = 1
+
+
+class StartError(Exception):
+    """A reason this agent cannot start that the user can fix; reported to the orchestrator."""
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Children die with the orchestrator, even when it is SIGKILLed (no orphans)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the heartbeat timeout still catches it
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[str, object]]:
+    try:
+        bundle = load_bundle(args.bundle)
+    except BundleInvalid as exc:
+        raise StartError(f"the bundle no longer validates:\n{exc}") from None
+    swarm = bundle.select_swarm(args.swarm)
+    agents = bundle.swarm_agents(swarm)
+    agent = agents.get(args.agent)
+    if agent is None:
+        raise StartError(f"agent '{args.agent}' is not in Swarm/{swarm.name}")
+    model_resource = bundle.agent_model(agent)
+    model = model_resource.spec
+    api_key = resolve_value(model.api_key, os.environ) if model.api_key else None
+    try:
+        provider = make_provider(model, api_key)
+        registry = ToolRegistry.from_resources(bundle.agent_tools(agent))
+    except (ValueError, ToolLoadError) as exc:
+        raise StartError(f"{model_resource.label}: {exc}" if isinstance(exc, ValueError) else str(exc)) from None
+    definition = AgentDefinition(
+        name=agent.name,
+        provider=provider,
+        registry=registry,
+        system_prompt=bundle.system_prompt(agent),
+        params=dict(agent.spec.model_config.params),
+        max_steps=swarm.spec.policy.max_steps_per_turn,
+    )
+    names = sorted(agents)
+    catalog = {
+        "swarmName": swarm.name,
+        "entryAgent": bundle.entry_agent(swarm),
+        "selfAgent": agent.name,
+        "availableAgents": names,
+        "callableAgents": [n for n in names if n != agent.name],
+    }
+    return definition, catalog
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m agentproc")
+    parser.add_argument("--agent", required=True)
+    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--swarm", required=True)
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--state-root", required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    return parser.parse_args(argv)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    log = structlog.get_logger().bind(agent=args.agent)
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sock = connect_dealer(ctx, args.endpoint, args.agent)
+    try:
+        definition, catalog = build_definition(args)
+    except (StartError, LookupError) as exc:
+        log.error("agent cannot start", error=str(exc))
+        error = wire.ErrorInfo("E_AGENT_START", str(exc))
+        sock.send(wire.encode(wire.START_ERROR, args.agent, wire.ORCHESTRATOR, error))
+        sock.close(linger=1000)
+        ctx.term()
+        return 3
+    process = AgentProcess(
+        definition,
+        swarm=args.swarm,
+        catalog=catalog,
+        paths=StatePaths.at(args.state_root),
+        sock=sock,
+    )
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
+    try:
+        return await process.run()
+    finally:
+        await definition.provider.aclose()
+        ctx.term()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    _die_with_parent(args.parent_pid)
+    # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging()
+    structlog.contextvars.bind_contextvars(agent=args.agent)
+    try:
+        import uvloop
+
+        return uvloop.run(_serve(args))
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sys.stdout.flush()

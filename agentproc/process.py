@@ -1,0 +1,197 @@
+"""The AgentProcess: one per agent, many instances inside, all traffic via the orchestrator."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from typing import Any
+
+import msgspec
+import structlog
+import zmq
+
+from agentproc.conversation import Conversation
+from agentproc.instances import InstanceQueues
+from agentproc.peers import PeerClient, TurnRuntime
+from agentproc.turn import AgentDefinition, TurnInput, run_turn
+from goondan.paths import StatePaths
+from ipc import messages as wire
+from ipc.channel import Channel
+
+HEARTBEAT_INTERVAL_S = 1.0
+
+
+class Job(msgspec.Struct, frozen=True):
+    """One unit of work for an instance: a turn, answered when `correlation_id` is set."""
+
+    input: str
+    instance_key: str
+    source: wire.Source
+    call_chain: tuple[str, ...]
+    trace_id: str
+    request_id: str = ""
+    correlation_id: str | None = None
+    reply_to: str = ""
+
+
+class AgentProcess:
+    def __init__(
+        self,
+        definition: AgentDefinition,
+        *,
+        swarm: str,
+        catalog: dict[str, Any],
+        paths: StatePaths,
+        sock: zmq.Socket[bytes],
+    ) -> None:
+        self.definition = definition
+        self.name = definition.name
+        self.swarm = swarm
+        self.catalog = catalog
+        self.paths = paths
+        self.channel = Channel(sock, self.on_frames)
+        self.log = structlog.get_logger().bind(agent=self.name)
+        self.peers = PeerClient(self.name, self._send)
+        self.queues: InstanceQueues[Job] = InstanceQueues(self._run_job)
+        self._conversations: dict[str, Conversation] = {}
+        self._stop = asyncio.Event()
+        self._shutdown: wire.Shutdown | None = None
+
+    # -- wire --------------------------------------------------------------------------------
+
+    def _send(self, frame: bytes) -> None:
+        self.channel.send([frame])
+
+    def on_frames(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            try:
+                self._dispatch(wire.decode(frame))
+            except wire.MalformedFrame as exc:
+                self.log.warning("dropped malformed frame", error=str(exc))
+            except Exception:  # never let one message take the reader down
+                self.log.exception("failed to handle a frame")
+
+    def _dispatch(self, env: wire.Envelope) -> None:
+        if env.type == wire.DELEGATE or env.type == wire.EVENT:
+            self._accept(env)
+        elif env.type == wire.DELEGATE_RESULT:
+            result = wire.decode_payload(env, wire.DelegateResult)
+            if not self.peers.resolve(env.correlation_id, result):
+                self.log.debug("late delegate_result dropped", correlationId=env.correlation_id)
+        elif env.type == wire.SHUTDOWN:
+            self._shutdown = wire.decode_payload(env, wire.Shutdown)
+            self._stop.set()
+        else:
+            self.log.warning("dropped frame of unknown type", type=env.type, sender=env.from_)
+
+    def _accept(self, env: wire.Envelope) -> None:
+        if env.type == wire.DELEGATE:
+            d = wire.decode_payload(env, wire.Delegate)
+            job = Job(
+                d.input,
+                d.instance_key,
+                d.source,
+                d.call_chain,
+                env.trace_id or secrets.token_hex(16),
+                d.request_id,
+                env.correlation_id,
+                env.from_,
+            )
+        else:
+            e = wire.decode_payload(env, wire.Event)
+            job = Job(e.input, e.instance_key, e.source, (), env.trace_id or secrets.token_hex(16))
+        self.queues.submit(job.instance_key, job)
+
+    # -- work --------------------------------------------------------------------------------
+
+    def _conversation(self, key: str) -> Conversation:
+        conversation = self._conversations.get(key)
+        if conversation is None:
+            directory = self.paths.conversation_dir(self.swarm, key, self.name)
+            conversation = self._conversations[key] = Conversation(directory)
+            conversation.load()
+        return conversation
+
+    async def _run_job(self, key: str, job: Job) -> None:
+        conversation = self._conversation(key)
+        runtime = TurnRuntime(
+            self.peers,
+            instance_key=key,
+            trace_id=job.trace_id,
+            call_chain=job.call_chain,
+            catalog=self.catalog,
+        )
+        turn_input = TurnInput(
+            job.input, key, job.trace_id, f"{job.source.kind}:{job.source.name}", job.request_id
+        )
+        try:
+            outcome = await run_turn(
+                self.definition,
+                conversation,
+                turn_input,
+                runtime,
+                self.paths.workdir(self.swarm, key),
+            )
+            result = wire.DelegateResult("ok", self.name, outcome.text, instance_key=key)
+        except Exception as exc:  # a bug in the loop: answer with an error, keep serving
+            self.log.exception("turn failed", instanceKey=key)
+            error = wire.ErrorInfo("E_TURN_FAILED", f"{type(exc).__name__}: {exc}")
+            result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
+        if job.correlation_id is not None:
+            self._send(
+                wire.encode(
+                    wire.DELEGATE_RESULT,
+                    self.name,
+                    job.reply_to,
+                    result,
+                    correlation_id=job.correlation_id,
+                    trace_id=job.trace_id,
+                )
+            )
+        # The events are already on disk; the fsync'd fold can follow the reply.
+        conversation.fold()
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        self.channel.start()
+        self._send(
+            wire.encode(
+                wire.READY,
+                self.name,
+                wire.ORCHESTRATOR,
+                wire.Ready(wire.PROTOCOL_VERSION, os.getpid(), self.name),
+            )
+        )
+        self.log.debug("agent ready", pid=os.getpid())
+        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
+        await self._stop.wait()
+        heartbeat.cancel()
+        grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
+        try:
+            await asyncio.wait_for(self.queues.wait_idle(), grace)
+        except TimeoutError:
+            self.log.warning("shutdown grace period over; stopping unfinished turns")
+            self.queues.cancel_all()
+        for conversation in self._conversations.values():
+            conversation.fold()
+            conversation.close()
+        if self._shutdown is not None:
+            self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))
+            await asyncio.sleep(0)  # let the channel flush before we close it
+        self.channel.close()
+        return 0
+
+    def request_stop(self) -> None:
+        """SIGTERM: finish what is running and exit, as for a `shutdown` message."""
+        self._stop.set()
+
+    async def _heartbeat(self) -> None:
+        frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            try:
+                self._send(frame)
+            except zmq.ZMQError:
+                return

@@ -1,0 +1,99 @@
+"""A thin synchronous client of the daemon's control socket (what `send`, `status`, `stop` use)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import secrets
+import time
+from types import TracebackType
+
+import zmq
+
+from goondan.paths import StatePaths
+from ipc import messages as wire
+from ipc.endpoints import ipc_endpoint
+
+
+class NotRunning(Exception):
+    pass
+
+
+def daemon_running(paths: StatePaths) -> bool:
+    """True while some process holds the state root's lock (the kernel keeps this honest)."""
+    try:
+        fd = os.open(paths.lock_file, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+class ControlClient:
+    def __init__(self, paths: StatePaths) -> None:
+        if not daemon_running(paths):
+            raise NotRunning(
+                f"no orchestrator is running on state root {paths.root} "
+                "(start one with `goondan run`, or pass --state-root)"
+            )
+        self.paths = paths
+        self._ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.IDENTITY, f"cli-{os.getpid()}-{secrets.token_hex(3)}".encode())
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.connect(ipc_endpoint(paths.control_socket))
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._sock.close(linger=0)
+        self._ctx.term()
+
+    def call(self, frame: bytes, timeout_s: float) -> wire.Envelope:
+        """Send one message and wait for its answer, noticing if the daemon dies meanwhile."""
+        self._sock.send(frame)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no answer from the orchestrator within {timeout_s:g}s")
+            if self._sock.poll(int(min(remaining, 0.5) * 1000)):
+                return wire.decode(self._sock.recv())
+            if not daemon_running(self.paths):
+                raise NotRunning("the orchestrator stopped before answering")
+
+    def command(self, name: str, timeout_s: float = 10.0) -> wire.ControlReply:
+        frame = wire.encode(wire.CONTROL, "cli", wire.ORCHESTRATOR, wire.Control(name), correlation_id="1")
+        return wire.decode_payload(self.call(frame, timeout_s), wire.ControlReply)
+
+    def send(
+        self, text: str, *, agent: str | None, instance_key: str, timeout_s: float
+    ) -> wire.DelegateResult:
+        payload = wire.Delegate(
+            input=text,
+            instance_key=instance_key,
+            source=wire.Source("cli", "send"),
+            timeout_ms=int(timeout_s * 1000),
+        )
+        frame = wire.encode(
+            wire.DELEGATE,
+            "cli",
+            agent or "",
+            payload,
+            correlation_id="1",
+            trace_id=secrets.token_hex(16),
+        )
+        # Our own deadline is a little later than the request's, so the daemon's
+        # AGENT_REQUEST_TIMEOUT answer arrives first.
+        return wire.decode_payload(self.call(frame, timeout_s + 2), wire.DelegateResult)

@@ -1,0 +1,76 @@
+"""`send`, `status`, `stop`: thin clients of a running daemon's control socket."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+
+import msgspec
+
+from goondan.cli.client import ControlClient, NotRunning, daemon_running
+from goondan.paths import StatePaths
+
+EXIT_FAILED = 1
+EXIT_NOT_RUNNING = 2
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    paths = StatePaths.at(args.state_root)
+    try:
+        with ControlClient(paths) as client:
+            if args.command == "send":
+                return _send(client, args)
+            if args.command == "status":
+                return _status(client, args)
+            return _stop(client, paths, args)
+    except NotRunning as exc:
+        print(f"goondan: {exc}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    except TimeoutError as exc:
+        print(f"goondan: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _send(client: ControlClient, args: argparse.Namespace) -> int:
+    result = client.send(args.text, agent=args.agent, instance_key=args.instance, timeout_s=args.timeout)
+    if result.status == "ok":
+        print(result.response or "")
+        return 0
+    error = result.error
+    print(f"goondan: {error.code}: {error.message}" if error else "goondan: request failed", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _status(client: ControlClient, args: argparse.Namespace) -> int:
+    reply = client.command("status")
+    status = reply.result
+    if args.json or not sys.stdout.isatty():
+        print(json.dumps(status, indent=2 if args.json and sys.stdout.isatty() else None))
+        return 0
+    started = datetime.fromtimestamp(status["startedAt"], tz=timezone.utc).isoformat(timespec="seconds")
+    print(f"orchestrator  pid {status['pid']}  swarm {status['swarm']}  since {started}")
+    print(f"bundle        {status['bundle']}")
+    print()
+    print(f"{'NAME':<24} {'KIND':<10} {'PID':>8}  {'STATUS':<17} {'RESTARTS':>8}")
+    for p in status["processes"]:
+        pid = p["pid"] if p["pid"] is not None else "-"
+        print(f"{p['name']:<24} {p['kind']:<10} {pid:>8}  {p['status']:<17} {p['restarts']:>8}")
+    return 0
+
+
+def _stop(client: ControlClient, paths: StatePaths, args: argparse.Namespace) -> int:
+    reply = client.command("stop")
+    if not reply.ok:
+        print(f"goondan: {msgspec.json.encode(reply.error).decode()}", file=sys.stderr)
+        return EXIT_FAILED
+    deadline = time.monotonic() + args.timeout
+    while daemon_running(paths):
+        if time.monotonic() > deadline:
+            print(f"goondan: the orchestrator did not stop within {args.timeout:g}s", file=sys.stderr)
+            return EXIT_FAILED
+        time.sleep(0.05)
+    print("stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,94 @@
+"""`goondan` / `gdn`: the command line. Parsing only; each command lives in its own module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+DESCRIPTION = """\
+Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ between them.
+
+  goondan validate ./my-bundle          check a bundle (goondan.yaml) and exit
+  goondan run ./my-bundle               run the swarm in the foreground until Ctrl-C
+  goondan run ./my-bundle --input "hi"  answer one input, then stop
+  goondan send "hello"                  ask the running swarm (the reply goes to stdout)
+  goondan status                        processes of the running swarm
+  goondan stop                          stop the running swarm cleanly
+"""
+
+STATE_ROOT_HELP = "state directory (default: $GOONDAN_STATE_ROOT, else ~/.goondan)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="goondan", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-V", "--version", action="version", version=f"goondan {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("validate", help="check a bundle and report every problem")
+    p.add_argument("path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+
+    p = sub.add_parser(
+        "run",
+        help="run the orchestrator in the foreground",
+        description="Run the orchestrator in the foreground until SIGTERM/SIGINT or `goondan stop`. "
+        "Agent processes start on demand (first input or first delegate to them). "
+        "Logs go to stderr (JSON lines when stderr is not a terminal).",
+    )
+    p.add_argument("path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)")
+    p.add_argument("--swarm", help="swarm to run (default: the one named `default`, or the only one)")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+    p.add_argument("--input", help="answer this one input on stdout, then shut down")
+    p.add_argument("--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)")
+
+    p = sub.add_parser(
+        "send",
+        help="send text to the running swarm and print the reply",
+        description="Deliver TEXT to an agent of the running swarm (default: its entry agent) "
+        "and print the reply on stdout. Exits 1 if the request fails, 2 if no daemon runs.",
+    )
+    p.add_argument("text", help="the input for the agent")
+    p.add_argument("--agent", help="agent to ask (default: the swarm's entry agent)")
+    p.add_argument("--instance", default="cli", help="conversation (instanceKey) to use (default: cli)")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the reply (default: 600)")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+
+    p = sub.add_parser("status", help="show the orchestrator and its processes")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+
+    p = sub.add_parser("stop", help="stop the running orchestrator cleanly")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+    p.add_argument("--timeout", type=float, default=330.0, help="seconds to wait for it to exit")
+    return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("goondan")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "validate":
+        from goondan.cli.validate_cmd import run_validate
+
+        return run_validate(args.path, args.format, sys.stdout)
+    if args.command == "run":
+        from goondan.cli.run_cmd import run
+
+        return run(args)
+    from goondan.cli import daemon_cmds
+
+    return daemon_cmds.dispatch(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""`goondan run`: the orchestrator in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import uvloop
+
+from goondan.bundle import BundleInvalid, load_bundle
+from goondan.logs import configure_logging
+from goondan.paths import StatePaths
+from ipc.endpoints import EndpointError
+from orchestrator.daemon import Daemon
+from orchestrator.lock import AlreadyRunning
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    try:
+        bundle = load_bundle(args.path)
+        daemon = Daemon(bundle, args.swarm, StatePaths.at(args.state_root))
+    except BundleInvalid as exc:
+        for error in exc.errors:
+            print(error.render(), file=sys.stderr)
+        print(f"goondan: {len(exc.errors)} problem(s) in the bundle; nothing was started", file=sys.stderr)
+        return 1
+    except LookupError as exc:
+        print(f"goondan: {exc}", file=sys.stderr)
+        return 1
+    try:
+        code, answer = uvloop.run(daemon.serve(args.input))
+    except (AlreadyRunning, EndpointError) as exc:
+        print(f"goondan: {exc}", file=sys.stderr)
+        return 1
+    if answer is not None:
+        stream = sys.stdout if code == 0 else sys.stderr
+        print(answer, file=stream)
+    return code

@@ -1,0 +1,64 @@
+"""Where state lives under the state root (`--state-root`, `GOONDAN_STATE_ROOT`, `~/.goondan`).
+
+    <root>/run/                  0700: sockets, lock, orchestrator.json
+    <root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   conversation (base/events.jsonl)
+    <root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import msgspec
+
+_SLUG_UNSAFE = re.compile(r"[^a-zA-Z0-9._:-]+")
+
+
+def default_state_root() -> Path:
+    env = os.environ.get("GOONDAN_STATE_ROOT")
+    return Path(env) if env else Path.home() / ".goondan"
+
+
+def slug(key: str) -> str:
+    """A file-name-safe form of an instance key or swarm name (at most 128 characters)."""
+    cleaned = _SLUG_UNSAFE.sub("-", key).strip("-.")[:128]
+    return cleaned or "default"
+
+
+class StatePaths(msgspec.Struct, frozen=True):
+    root: Path
+
+    @classmethod
+    def at(cls, root: str | Path | None) -> StatePaths:
+        return cls(Path(root).expanduser().absolute() if root else default_state_root())
+
+    @property
+    def run_dir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def agents_socket(self) -> Path:
+        return self.run_dir / "agents.sock"
+
+    @property
+    def control_socket(self) -> Path:
+        return self.run_dir / "control.sock"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.run_dir / "orchestrator.lock"
+
+    @property
+    def info_file(self) -> Path:
+        return self.run_dir / "orchestrator.json"
+
+    def swarm_dir(self, swarm: str) -> Path:
+        return self.root / "swarms" / slug(swarm)
+
+    def conversation_dir(self, swarm: str, instance_key: str, agent: str) -> Path:
+        return self.swarm_dir(swarm) / "instances" / slug(instance_key) / slug(agent)
+
+    def workdir(self, swarm: str, instance_key: str) -> Path:
+        return self.swarm_dir(swarm) / "workspaces" / slug(instance_key)

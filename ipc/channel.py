@@ -1,0 +1,108 @@
+"""Event-loop I/O for a ZeroMQ socket without awaiting once per message.
+
+The loop watches the socket's file descriptor and drains every waiting message on each wake-up.
+ZeroMQ's descriptor is edge-triggered, and a send may consume the "readable" edge, so after each
+send we re-check `ZMQ_EVENTS` and drain again if needed (`reference/ipc-limits.md`: 3-4x the
+throughput of `await sock.recv()` per message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+
+import zmq
+
+Frames = list[bytes]
+
+
+class Channel:
+    """Drives one sync ZeroMQ socket from an asyncio loop.
+
+    `on_frames` is called synchronously for every received message (a list of frames); it must
+    not block. `send` never blocks: when the peer's queue is full the message waits in an outbox,
+    in order, until the socket can take it.
+    """
+
+    def __init__(
+        self,
+        sock: zmq.Socket[bytes],
+        on_frames: Callable[[Frames], None],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.sock = sock
+        self._on_frames = on_frames
+        self._loop = loop or asyncio.get_running_loop()
+        self._outbox: deque[Frames] = deque()
+        self._drain_scheduled = False
+        self._closed = False
+
+    def start(self) -> None:
+        self._loop.add_reader(self.sock.FD, self._on_readable)
+        self._schedule_drain()  # messages may have arrived before we started watching
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self.sock.FD)
+        self.sock.close(linger=0)
+
+    @property
+    def pending_sends(self) -> int:
+        return len(self._outbox)
+
+    def send(self, frames: Frames) -> None:
+        """Queue-free fast path; raises `zmq.ZMQError` (EHOSTUNREACH) for an unroutable peer
+        on a ROUTER with ROUTER_MANDATORY, so the caller can answer with an error."""
+        if self._closed:
+            return
+        if self._outbox:
+            self._outbox.append(frames)
+        else:
+            try:
+                self.sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.Again:
+                self._outbox.append(frames)
+        self._schedule_drain()
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_scheduled and not self._closed:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._on_readable)
+
+    def _on_readable(self) -> None:
+        self._drain_scheduled = False
+        sock = self.sock
+        while not self._closed:
+            events = sock.getsockopt(zmq.EVENTS)
+            progressed = False
+            if self._outbox and events & zmq.POLLOUT:
+                progressed = self._flush_outbox()
+            if events & zmq.POLLIN:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    pass
+                else:
+                    self._on_frames(frames)
+                    progressed = True
+            if not progressed:
+                break
+        if self._outbox and not self._closed:
+            # The peer is slow; try again shortly rather than spinning.
+            self._loop.call_later(0.001, self._schedule_drain)
+
+    def _flush_outbox(self) -> bool:
+        sent = False
+        while self._outbox:
+            try:
+                self.sock.send_multipart(self._outbox[0], zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            except zmq.ZMQError:
+                pass  # unroutable now (peer gone): drop it; the router accounts for it
+            self._outbox.popleft()
+            sent = True
+        return sent

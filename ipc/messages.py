@@ -1,0 +1,166 @@
+"""The wire: one MessagePack-encoded envelope per ZeroMQ frame.
+
+The envelope carries the routing header; `payload` stays `msgspec.Raw` so the broker can route a
+message without decoding (or re-encoding) its body. Field names are camelCase on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+
+# Core message types (DESIGN.md "IPC") and the lifecycle types the supervisor needs.
+DELEGATE: Final = "delegate"  # request that expects exactly one delegate_result
+DELEGATE_RESULT: Final = "delegate_result"
+EVENT: Final = "event"  # fire and forget
+SHUTDOWN: Final = "shutdown"
+SHUTDOWN_ACK: Final = "shutdown_ack"
+READY: Final = "ready"
+START_ERROR: Final = "start_error"  # the agent could not start (bad tool module, bad model...)
+HEARTBEAT: Final = "heartbeat"
+CONTROL: Final = "control"  # CLI -> orchestrator command
+CONTROL_REPLY: Final = "control_reply"
+
+ORCHESTRATOR: Final = "orchestrator"  # the `to`/`from` name of the broker itself
+
+
+class Envelope(msgspec.Struct, omit_defaults=True, rename="camel"):
+    type: str
+    from_: str = msgspec.field(name="from")
+    to: str = ""
+    payload: msgspec.Raw = msgspec.Raw(b"\x80")  # an empty map
+    correlation_id: str | None = None
+    trace_id: str | None = None
+    span_id: str | None = None
+    parent_span_id: str | None = None
+
+
+class Source(msgspec.Struct, frozen=True, omit_defaults=True):
+    kind: Literal["agent", "cli", "connector", "orchestrator"]
+    name: str
+
+
+class ErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    code: str
+    message: str
+    suggestion: str | None = None
+
+
+class Ready(msgspec.Struct, frozen=True, rename="camel"):
+    protocol_version: int
+    pid: int
+    agent: str
+
+
+class Delegate(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """A request for one turn of the target agent. `request_id` stays the same across a
+    redelivery, so an agent that sees it twice can tell a replay from a new request."""
+
+    input: str
+    instance_key: str
+    source: Source
+    request_id: str = ""
+    call_chain: tuple[str, ...] = ()  # agent names the request passed through, oldest first
+    timeout_ms: int | None = None
+    metadata: dict[str, Any] = {}
+
+
+class DelegateRouting(msgspec.Struct, frozen=True, rename="camel"):
+    """The part of a `Delegate` payload the broker reads; the rest stays undecoded."""
+
+    call_chain: tuple[str, ...] = ()
+    timeout_ms: int | None = None
+
+
+class DelegateResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    status: Literal["ok", "error"]
+    target: str
+    response: str | None = None
+    error: ErrorInfo | None = None
+    instance_key: str | None = None
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    input: str
+    instance_key: str
+    source: Source
+    metadata: dict[str, Any] = {}
+
+
+class Shutdown(msgspec.Struct, frozen=True, rename="camel"):
+    reason: str  # "orchestrator_shutdown" | "restart" | "config_change"
+    grace_period_ms: int
+
+
+class Empty(msgspec.Struct, frozen=True):
+    pass
+
+
+class Control(msgspec.Struct, frozen=True, omit_defaults=True):
+    command: str  # "send" | "status" | "stop"
+    args: dict[str, Any] = {}
+
+
+class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
+    ok: bool
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+P = TypeVar("P")
+
+_encoder = msgspec.msgpack.Encoder()
+_envelope_decoder = msgspec.msgpack.Decoder(Envelope)
+_payload_decoders: dict[type[Any], msgspec.msgpack.Decoder[Any]] = {}
+
+
+class MalformedFrame(ValueError):
+    """A frame that is not a valid envelope or payload; receivers log it and drop it."""
+
+
+def encode_payload(payload: msgspec.Struct) -> msgspec.Raw:
+    return msgspec.Raw(_encoder.encode(payload))
+
+
+def encode(
+    type_: str,
+    from_: str,
+    to: str,
+    payload: msgspec.Struct | msgspec.Raw | None = None,
+    *,
+    correlation_id: str | None = None,
+    trace_id: str | None = None,
+    span_id: str | None = None,
+    parent_span_id: str | None = None,
+) -> bytes:
+    raw = payload if isinstance(payload, msgspec.Raw) else encode_payload(payload or Empty())
+    return _encoder.encode(
+        Envelope(type_, from_, to, raw, correlation_id, trace_id, span_id, parent_span_id)
+    )
+
+
+def encode_envelope(envelope: Envelope) -> bytes:
+    return _encoder.encode(envelope)
+
+
+def decode(frame: bytes) -> Envelope:
+    """Decode the routing header only. Raises `MalformedFrame`."""
+    try:
+        return _envelope_decoder.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise MalformedFrame(f"bad envelope: {exc}") from None
+
+
+def decode_payload(envelope: Envelope, type_: type[P]) -> P:
+    """Decode the payload as `type_`. Raises `MalformedFrame`."""
+    decoder = _payload_decoders.get(type_)
+    if decoder is None:
+        decoder = _payload_decoders[type_] = msgspec.msgpack.Decoder(type_)
+    try:
+        result: P = decoder.decode(envelope.payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise MalformedFrame(f"bad {envelope.type} payload from {envelope.from_!r}: {exc}") from None
+    return result

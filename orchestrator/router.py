@@ -1,0 +1,244 @@
+"""The life of a request: every `delegate` gets exactly one `delegate_result`.
+
+The router owns the correlation table. It forwards a delegate to its target under an id of its
+own (a counter), answers the requester when the target replies, and answers with a structured
+error instead when the target is unknown, the call is circular, the request times out, or the
+target crashes twice while handling it. Frames for an agent that is not running wait in that
+agent's inbox while the supervisor starts it.
+
+It knows nothing of sockets: it talks to an `Outbox` and asks `start_agent` for processes, so
+its rules are tested directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from collections.abc import Callable
+from typing import Literal, Protocol
+
+import msgspec
+import structlog
+
+from ipc import messages as wire
+
+Channel = Literal["agent", "control", "local"]
+DEFAULT_TIMEOUT_MS = 60_000
+MAX_DELIVERIES = 2  # the first delivery and one redelivery after a crash
+
+
+class Requester(msgspec.Struct, frozen=True):
+    channel: Channel
+    identity: bytes  # the ZeroMQ identity on that channel
+    correlation_id: str | None
+
+
+class Outbox(Protocol):
+    def to_agent(self, name: str, frame: bytes) -> bool:
+        """Send to a running agent; False when it cannot be routed (the process is gone)."""
+        ...
+
+    def to_requester(self, requester: Requester, frame: bytes) -> None: ...
+
+
+class Pending:
+    __slots__ = (
+        "oid", "requester", "target", "frame", "deliveries", "delivered", "timer", "trace_id"
+    )
+
+    def __init__(
+        self, oid: str, requester: Requester, target: str, frame: bytes, trace_id: str | None
+    ) -> None:
+        self.oid = oid
+        self.requester = requester
+        self.target = target
+        self.frame = frame
+        self.deliveries = 0
+        self.delivered = False  # handed to a running process (not waiting in the inbox)
+        self.timer: asyncio.TimerHandle | None = None
+        self.trace_id = trace_id
+
+
+class Router:
+    def __init__(
+        self,
+        agents: set[str],
+        entry_agent: str,
+        outbox: Outbox,
+        start_agent: Callable[[str], None],
+    ) -> None:
+        self.agents = agents
+        self.entry_agent = entry_agent
+        self._outbox = outbox
+        self._start_agent = start_agent
+        self._ids = itertools.count(1)
+        self.pending: dict[str, Pending] = {}
+        self._by_target: dict[str, dict[str, None]] = {name: {} for name in agents}
+        self._ready: set[str] = set()
+        # Frames waiting for the agent's process, with the request they belong to (if any).
+        self._inbox: dict[str, deque[tuple[bytes, Pending | None]]] = {
+            name: deque() for name in agents
+        }
+        self._log = structlog.get_logger().bind(component="router")
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def delegate(self, requester: Requester, env: wire.Envelope) -> None:
+        """Route a `delegate` from an agent, the CLI or the daemon itself."""
+        target = env.to or self.entry_agent
+        try:
+            routing = wire.decode_payload(env, wire.DelegateRouting)
+        except wire.MalformedFrame as exc:
+            self._answer_error(requester, target, "IPC_DELIVERY_FAILED", str(exc), env.trace_id)
+            return
+        if target not in self.agents:
+            known = ", ".join(sorted(self.agents))
+            self._answer_error(
+                requester,
+                target,
+                "AGENT_NOT_FOUND",
+                f"Agent '{target}' is not in this swarm (agents: {known})",
+                env.trace_id,
+            )
+            return
+        if target in routing.call_chain:
+            chain = " -> ".join((*routing.call_chain, target))
+            self._answer_error(
+                requester,
+                target,
+                "CIRCULAR_CALL_DETECTED",
+                f"Circular call detected: {chain}",
+                env.trace_id,
+            )
+            return
+        oid = str(next(self._ids))
+        forwarded = msgspec.structs.replace(env, to=target, correlation_id=oid)
+        pending = Pending(oid, requester, target, wire.encode_envelope(forwarded), env.trace_id)
+        timeout_ms = routing.timeout_ms or DEFAULT_TIMEOUT_MS
+        pending.timer = asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, self._expire, oid, timeout_ms
+        )
+        self.pending[oid] = pending
+        self._by_target[target][oid] = None
+        pending.deliveries = 1
+        self._deliver(target, pending.frame, pending)
+
+    def result(self, env: wire.Envelope) -> None:
+        """A `delegate_result` from the agent that handled request `correlationId`."""
+        pending = self._finish(env.correlation_id or "")
+        if pending is None:
+            self._log.debug("late or unknown delegate_result dropped", oid=env.correlation_id)
+            return
+        answer = msgspec.structs.replace(
+            env,
+            to=pending.requester.identity.decode(errors="replace"),
+            correlation_id=pending.requester.correlation_id,
+        )
+        self._outbox.to_requester(pending.requester, wire.encode_envelope(answer))
+
+    def event(self, env: wire.Envelope, frame: bytes) -> None:
+        """Fire and forget: deliver (starting the target if needed), no answer."""
+        if env.to not in self.agents:
+            self._log.warning("event for an unknown agent dropped", target=env.to, sender=env.from_)
+            return
+        self._deliver(env.to, frame, None)
+
+    # -- agent life cycle (called by the supervisor) -----------------------------------------
+
+    def agent_ready(self, name: str) -> None:
+        self._ready.add(name)
+        inbox = self._inbox[name]
+        while inbox and name in self._ready:
+            frame, pending = inbox.popleft()
+            if pending is not None and pending.oid not in self.pending:
+                continue  # timed out while waiting
+            if not self._outbox.to_agent(name, frame):
+                inbox.appendleft((frame, pending))
+                self._ready.discard(name)
+            elif pending is not None:
+                pending.delivered = True
+
+    def agent_gone(self, name: str, error_code: str, message: str) -> bool:
+        """The process ended. Redeliver what it was handling once; fail what was redelivered
+        already. Returns True when work is waiting for it (the caller should start it)."""
+        self._ready.discard(name)
+        inbox = self._inbox[name]
+        redeliver: list[tuple[bytes, Pending | None]] = []
+        for oid in list(self._by_target[name]):
+            pending = self.pending[oid]
+            if not pending.delivered:
+                continue  # never delivered: it simply waits for the next process
+            pending.delivered = False
+            if pending.deliveries < MAX_DELIVERIES and error_code == "E_AGENT_CRASHED":
+                pending.deliveries += 1
+                redeliver.append((pending.frame, pending))
+            else:
+                self._finish(oid)
+                self._answer_error(pending.requester, name, error_code, message, pending.trace_id)
+        inbox.extendleft(reversed(redeliver))
+        return bool(inbox)
+
+    def fail_waiting(self, name: str, error_code: str, message: str) -> None:
+        """The agent cannot start: every request waiting for it gets the reason."""
+        self._inbox[name].clear()
+        for oid in list(self._by_target[name]):
+            pending = self._finish(oid)
+            if pending is not None:
+                self._answer_error(pending.requester, name, error_code, message, pending.trace_id)
+
+    def fail_all(self, error_code: str, message: str) -> None:
+        for name in self.agents:
+            self.fail_waiting(name, error_code, message)
+
+    def in_flight(self, name: str) -> int:
+        return len(self._by_target[name])
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _deliver(self, target: str, frame: bytes, pending: Pending | None) -> None:
+        if target in self._ready and not self._inbox[target]:
+            if self._outbox.to_agent(target, frame):
+                if pending is not None:
+                    pending.delivered = True
+                return
+            self._ready.discard(target)
+        self._inbox[target].append((frame, pending))
+        self._start_agent(target)
+
+    def _finish(self, oid: str) -> Pending | None:
+        pending = self.pending.pop(oid, None)
+        if pending is None:
+            return None
+        self._by_target[pending.target].pop(oid, None)
+        if pending.timer is not None:
+            pending.timer.cancel()
+        return pending
+
+    def _expire(self, oid: str, timeout_ms: int) -> None:
+        pending = self._finish(oid)
+        if pending is None:
+            return
+        # If it still waits in the inbox, `agent_ready` skips it; if delivered, the late
+        # answer is dropped.
+        self._answer_error(
+            pending.requester,
+            pending.target,
+            "AGENT_REQUEST_TIMEOUT",
+            f"Agent request to '{pending.target}' timed out after {timeout_ms}ms",
+            pending.trace_id,
+        )
+
+    def _answer_error(
+        self, requester: Requester, target: str, code: str, message: str, trace_id: str | None
+    ) -> None:
+        result = wire.DelegateResult("error", target, error=wire.ErrorInfo(code, message))
+        frame = wire.encode(
+            wire.DELEGATE_RESULT,
+            wire.ORCHESTRATOR,
+            requester.identity.decode(errors="replace"),
+            result,
+            correlation_id=requester.correlation_id,
+            trace_id=trace_id,
+        )
+        self._outbox.to_requester(requester, frame)

@@ -1,0 +1,208 @@
+"""The life of agent processes: spawn on demand, watch, respawn with backoff, stop.
+
+Each process is watched by awaiting its exit (the kernel tells us at once, no polling). Crashes
+1-5 in a row respawn at once; after that the agent is in `crashLoopBackOff` for
+`min(1 s x 2^(n-6), 5 min)`. A ready message or a clean exit resets the count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+import structlog
+
+from orchestrator.launcher import Launcher
+
+Status = Literal[
+    "spawning", "idle", "processing", "draining", "terminated", "crashed", "crashLoopBackOff"
+]
+CRASH_THRESHOLD = 5
+BACKOFF_INITIAL_S = 1.0
+BACKOFF_MAX_S = 300.0
+
+
+def crash_backoff(consecutive_crashes: int) -> float:
+    """Seconds to wait before respawning after the n-th crash in a row (0 = at once)."""
+    if consecutive_crashes <= CRASH_THRESHOLD:
+        return 0.0
+    exponent = consecutive_crashes - CRASH_THRESHOLD - 1
+    return min(BACKOFF_INITIAL_S * 2**exponent, BACKOFF_MAX_S)
+
+
+class ProcessInfo(msgspec.Struct, frozen=True):
+    """One row of `goondan status`."""
+
+    name: str
+    kind: str
+    pid: int | None
+    status: str
+    restarts: int
+
+
+class Slot:
+    """One agent's process, over its successive incarnations."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.status: Status = "terminated"
+        self.process: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+        self.consecutive_crashes = 0
+        self.ready = False
+        self.stopping = False
+        self.start_error: str | None = None
+        self.last_seen = 0.0
+        self.respawn_timer: asyncio.TimerHandle | None = None
+        self.exited = asyncio.Event()
+        self.exited.set()
+
+
+class Supervisor:
+    def __init__(
+        self,
+        agents: list[str],
+        launcher: Launcher,
+        *,
+        on_ready: Callable[[str], None],
+        on_exit: Callable[[str, bool, str | None], None],
+    ) -> None:
+        """`on_exit(name, crashed, start_error)` lets the router redeliver or fail requests."""
+        self.slots = {name: Slot(name) for name in agents}
+        self._launcher = launcher
+        self._on_ready = on_ready
+        self._on_exit = on_exit
+        self._closing = False
+        self._log = structlog.get_logger().bind(component="supervisor")
+
+    def ensure_running(self, name: str) -> None:
+        slot = self.slots[name]
+        if self._closing or slot.process is not None or slot.respawn_timer is not None:
+            return
+        slot.status = "spawning"
+        slot.exited.clear()
+        asyncio.get_running_loop().create_task(self._run(slot))
+
+    def mark_ready(self, name: str, pid: int) -> None:
+        slot = self.slots[name]
+        slot.ready = True
+        slot.status = "idle"
+        slot.start_error = None
+        slot.last_seen = time.monotonic()
+        self._log.info("agent ready", agent=name, pid=pid, restarts=slot.restarts)
+        self._on_ready(name)
+
+    def mark_start_error(self, name: str, message: str) -> None:
+        self.slots[name].start_error = message
+
+    def touch(self, name: str) -> None:
+        self.slots[name].last_seen = time.monotonic()
+
+    def set_busy(self, name: str, busy: bool) -> None:
+        slot = self.slots[name]
+        if slot.ready and not slot.stopping:
+            slot.status = "processing" if busy else "idle"
+
+    def table(self) -> list[ProcessInfo]:
+        return [
+            ProcessInfo(
+                s.name,
+                "agent",
+                s.process.pid if s.process else None,
+                s.status,
+                s.restarts,
+            )
+            for s in self.slots.values()
+        ]
+
+    def is_ready(self, name: str) -> bool:
+        return self.slots[name].ready
+
+    async def _run(self, slot: Slot) -> None:
+        try:
+            slot.process = await self._launcher.launch(slot.name)
+        except OSError as exc:
+            self._log.error("cannot start agent process", agent=slot.name, error=str(exc))
+            slot.status = "crashed"
+            slot.exited.set()
+            self._on_exit(slot.name, False, f"cannot start the agent process: {exc}")
+            return
+        self._log.debug("agent process started", agent=slot.name, pid=slot.process.pid)
+        code = await slot.process.wait()
+        self._exited(slot, code)
+
+    def _exited(self, slot: Slot, code: int) -> None:
+        slot.process = None
+        slot.ready = False
+        clean = code == 0 or slot.stopping
+        start_error, slot.start_error = slot.start_error, None
+        if clean or start_error is not None:
+            slot.status = "terminated"
+            slot.consecutive_crashes = 0
+            self._log.info("agent process exited", agent=slot.name, code=code)
+        else:
+            slot.consecutive_crashes += 1
+            delay = crash_backoff(slot.consecutive_crashes)
+            slot.status = "crashLoopBackOff" if delay else "crashed"
+            self._log.warning(
+                "agent process crashed",
+                agent=slot.name,
+                code=code,
+                signal=signal.Signals(-code).name if code < 0 else None,
+                consecutiveCrashes=slot.consecutive_crashes,
+                backoffSeconds=delay,
+            )
+        slot.exited.set()
+        slot.stopping = False
+        self._on_exit(slot.name, not clean and start_error is None, start_error)
+
+    def respawn(self, name: str) -> None:
+        """Start again after a crash, at once or after the crash-loop back-off."""
+        slot = self.slots[name]
+        delay = crash_backoff(slot.consecutive_crashes)
+        if delay == 0:
+            slot.restarts += 1
+            self.ensure_running(name)
+            return
+        if slot.respawn_timer is None:
+
+            def fire() -> None:
+                slot.respawn_timer = None
+                slot.restarts += 1
+                self.ensure_running(name)
+
+            slot.respawn_timer = asyncio.get_running_loop().call_later(delay, fire)
+
+    def note_success(self, name: str) -> None:
+        self.slots[name].consecutive_crashes = 0
+
+    async def stop_all(
+        self, send_shutdown: Callable[[str], bool], grace_s: float
+    ) -> None:
+        """Drain every agent: `shutdown`, wait for exit, SIGKILL after the grace period."""
+        self._closing = True
+        for slot in self.slots.values():
+            if slot.respawn_timer is not None:
+                slot.respawn_timer.cancel()
+                slot.respawn_timer = None
+        running = [s for s in self.slots.values() if s.process is not None]
+        for slot in running:
+            slot.stopping = True
+            slot.status = "draining"
+            if not (slot.ready and send_shutdown(slot.name)) and slot.process is not None:
+                slot.process.terminate()  # not ready yet: it has nothing to drain
+        waits = [asyncio.wait_for(s.exited.wait(), grace_s) for s in running]
+        results = await asyncio.gather(*waits, return_exceptions=True)
+        for slot, result in zip(running, results, strict=True):
+            if isinstance(result, BaseException) and slot.process is not None:
+                self._log.warning("agent did not stop in time; killing it", agent=slot.name)
+                try:
+                    os.kill(slot.process.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                await slot.exited.wait()

@@ -1,0 +1,1 @@
+"""In-process fakes of external services that speak their real wire formats."""

@@ -1,0 +1,374 @@
+"""The `openai` provider over real HTTP against a scripted OpenAI-compatible server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentproc.messages import (
+    Message,
+    ModelError,
+    ModelRequest,
+    ToolCall,
+    ToolDefinition,
+    Usage,
+)
+from agentproc.providers import Provider, make_provider
+from goondan.bundle.model import ModelSpec
+from tests.fakes.openai_server import FakeOpenAIServer, FakeOpenAIServerThread
+
+KEY = "sk-test-123"
+BASH = ToolDefinition(
+    name="bash",
+    description="Run a shell command",
+    parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
+)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeOpenAIServer]:
+    async with FakeOpenAIServer() as fake:
+        yield fake
+
+
+def provider_for(endpoint: str | None, api_key: str | None = KEY, **options: Any) -> Provider:
+    # maxRetries 0 unless a test is about retries: error tests must see one attempt, fast.
+    spec = ModelSpec(
+        provider="openai",
+        model="gpt-test",
+        endpoint=endpoint,
+        options={"maxRetries": 0, **options},
+    )
+    return make_provider(spec, api_key)
+
+
+async def complete(provider: Provider, request: ModelRequest) -> Any:
+    try:
+        return await provider.complete(request)
+    finally:
+        await provider.aclose()
+
+
+def ask(text: str = "hi", **params: Any) -> ModelRequest:
+    return ModelRequest(
+        messages=[Message(id="u1", role="user", content=text)], tools=[], params=params
+    )
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_text_reply(server: FakeOpenAIServer) -> None:
+    server.queue_reply(text="Hello there")
+
+    reply = await complete(provider_for(server.base_url), ask("hi"))
+
+    assert reply.text == "Hello there"
+    assert reply.tool_calls == ()
+    assert reply.finish_reason == "stop"
+    assert server.requests[0]["model"] == "gpt-test"
+    assert server.authorizations == [f"Bearer {KEY}"]
+
+
+async def test_tool_calls_keep_id_name_and_raw_arguments(server: FakeOpenAIServer) -> None:
+    server.queue_reply(
+        tool_calls=[
+            {"id": "call_abc", "name": "bash", "arguments": '{"cmd": "ls -la"}'},
+            # Malformed JSON must reach the loop verbatim so it can tell the model.
+            {"id": "call_def", "name": "bash", "arguments": '{"cmd": '},
+        ]
+    )
+
+    reply = await complete(provider_for(server.base_url), ask("list files"))
+
+    assert reply.text is None
+    assert reply.tool_calls == (
+        ToolCall(id="call_abc", name="bash", arguments='{"cmd": "ls -la"}'),
+        ToolCall(id="call_def", name="bash", arguments='{"cmd": '),
+    )
+    assert reply.finish_reason == "tool_calls"
+
+
+async def test_request_carries_translated_conversation_tools_and_params(
+    server: FakeOpenAIServer,
+) -> None:
+    request = ModelRequest(
+        messages=[
+            Message(id="s", role="system", content="You are terse."),
+            Message(id="u", role="user", content="list files"),
+            Message(
+                id="a",
+                role="assistant",
+                content=None,
+                tool_calls=(ToolCall(id="call_1", name="bash", arguments='{"cmd": "ls"}'),),
+            ),
+            Message(id="t", role="tool", content="a.txt\nb.txt", tool_call_id="call_1"),
+        ],
+        tools=[BASH],
+        params={"temperature": 0.2, "maxTokens": 256, "topP": 0.9, "repetition_penalty": 1.1},
+    )
+
+    await complete(provider_for(server.base_url, top_k=40), request)
+
+    body = server.requests[0]
+    assert body["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "list files"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "bash", "arguments": '{"cmd": "ls"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.txt\nb.txt"},
+    ]
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "description": "Run a shell command",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            },
+        }
+    ]
+    assert (body["temperature"], body["max_tokens"], body["top_p"]) == (0.2, 256, 0.9)
+    # Server-specific knobs reach the body: agent params and Model options alike.
+    assert body["repetition_penalty"] == 1.1
+    assert body["top_k"] == 40
+    assert "maxTokens" not in body and "maxRetries" not in body
+    assert body.get("stream") in (None, False)
+
+
+async def test_agent_params_win_over_model_option_defaults(server: FakeOpenAIServer) -> None:
+    provider = provider_for(server.base_url, temperature=0.9, maxTokens=100, top_k=40)
+
+    await complete(provider, ask(temperature=0.1, top_k=5))
+
+    body = server.requests[0]
+    assert (body["temperature"], body["top_k"]) == (0.1, 5)
+    assert body["max_tokens"] == 100  # a Model default the Agent did not override
+
+
+async def test_snake_case_params_and_no_tools_field_without_tools(
+    server: FakeOpenAIServer,
+) -> None:
+    await complete(provider_for(server.base_url), ask(max_tokens=64, top_p=0.5))
+
+    body = server.requests[0]
+    assert (body["max_tokens"], body["top_p"]) == (64, 0.5)
+    # Some local servers reject an empty tools list, so none is sent.
+    assert "tools" not in body
+
+
+async def test_lenient_server_without_tool_call_ids_or_usage(server: FakeOpenAIServer) -> None:
+    # Some llama.cpp builds send tool calls with no id or type, and no usage block.
+    server.queue_raw(
+        200,
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {"function": {"name": "bash", "arguments": "{}"}},
+                            {"function": {"name": "bash", "arguments": "{}"}},
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ]
+        },
+    )
+
+    reply = await complete(provider_for(server.base_url), ask())
+
+    ids = [call.id for call in reply.tool_calls]
+    assert len(set(ids)) == 2 and all(ids)  # results can still be paired with their calls
+    assert reply.usage == Usage()
+
+
+async def test_non_api_endpoint_is_explained(server: FakeOpenAIServer) -> None:
+    server.queue_raw(200, "<html>Welcome to my web UI</html>")
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url), ask())
+
+    assert "did not return a chat completion" in str(caught.value)
+    assert "Model.spec.endpoint" in str(caught.value)
+
+
+async def test_usage_is_reported(server: FakeOpenAIServer) -> None:
+    server.queue_reply(text="ok", usage=(12, 5))
+
+    reply = await complete(provider_for(server.base_url), ask())
+
+    assert reply.usage == Usage(input_tokens=12, output_tokens=5)
+
+
+async def test_organization_and_headers_options_are_sent(server: FakeOpenAIServer) -> None:
+    provider = provider_for(server.base_url, organization="org-42", headers={"X-Title": "goondan"})
+
+    await complete(provider, ask())
+
+    headers = server.request_headers[0]
+    assert headers["openai-organization"] == "org-42"
+    assert headers["x-title"] == "goondan"
+    assert "organization" not in server.requests[0]
+
+
+async def test_wrong_key_is_an_auth_error_that_is_not_retried() -> None:
+    async with FakeOpenAIServer(api_key="sk-right") as fake:
+        with pytest.raises(ModelError) as caught:
+            await complete(provider_for(fake.base_url, api_key="sk-wrong", maxRetries=2), ask())
+
+        assert caught.value.code == "E_MODEL_AUTH"
+        assert caught.value.retryable is False
+        assert "Incorrect API key provided" in str(caught.value)
+        assert "Model.spec.apiKey" in str(caught.value)
+        assert len(fake.requests) == 1  # a wrong key does not get better by retrying
+        assert fake.authorizations == ["Bearer sk-wrong"]
+
+
+async def test_forbidden_is_an_auth_error(server: FakeOpenAIServer) -> None:
+    server.queue_error(403, "Project does not have access to model gpt-test")
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url), ask())
+
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_AUTH", False)
+    assert "does not have access" in str(caught.value)
+
+
+async def test_bad_request_surfaces_the_server_message(server: FakeOpenAIServer) -> None:
+    server.queue_error(400, "Invalid value for 'temperature': must be <= 2.", code="invalid_value")
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url), ask(temperature=5))
+
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_BAD_REQUEST", False)
+    assert "Invalid value for 'temperature': must be <= 2." in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [(429, "E_MODEL_RATE_LIMITED"), (500, "E_MODEL_UNAVAILABLE"), (503, "E_MODEL_UNAVAILABLE")],
+)
+async def test_transient_statuses_are_retryable(
+    server: FakeOpenAIServer, status: int, code: str
+) -> None:
+    server.queue_error(status, "try again later")
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url), ask())
+
+    assert (caught.value.code, caught.value.retryable) == (code, True)
+    assert "try again later" in str(caught.value)
+    assert len(server.requests) == 1  # maxRetries 0 means one attempt
+
+
+async def test_max_retries_rides_out_a_transient_failure(server: FakeOpenAIServer) -> None:
+    # retry-after-ms keeps the SDK's backoff short.
+    server.queue_error(503, "warming up", headers={"retry-after-ms": "10"})
+    server.queue_reply(text="ready")
+
+    reply = await complete(provider_for(server.base_url, maxRetries=1), ask())
+
+    assert reply.text == "ready"
+    assert len(server.requests) == 2
+
+
+async def test_non_json_error_body_still_explains_itself(server: FakeOpenAIServer) -> None:
+    server.queue_error(502, body="Bad Gateway from upstream proxy")
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url), ask())
+
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_UNAVAILABLE", True)
+    assert "Bad Gateway from upstream proxy" in str(caught.value)
+
+
+async def test_endpoint_missing_v1_hints_at_the_path(server: FakeOpenAIServer) -> None:
+    # A common slip with Ollama/vLLM: `http://host:port` instead of `http://host:port/v1`.
+    root = server.base_url.removesuffix("/v1")
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(root), ask())
+
+    assert caught.value.code == "E_MODEL_BAD_REQUEST"
+    assert "404" in str(caught.value) and "/v1" in str(caught.value)
+
+
+async def test_unreachable_endpoint_names_it() -> None:
+    endpoint = f"http://127.0.0.1:{closed_port()}/v1"
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(endpoint), ask())
+
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_UNREACHABLE", True)
+    assert endpoint in str(caught.value)
+    assert "connection refused" in str(caught.value)
+
+
+async def test_slow_server_times_out_per_timeout_seconds(server: FakeOpenAIServer) -> None:
+    server.queue_reply(text="too late", delay_seconds=2.0)
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url, timeoutSeconds=0.2), ask())
+
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_UNREACHABLE", True)
+    assert "timeoutSeconds" in str(caught.value)
+
+
+@pytest.mark.parametrize("api_key", [None, ""])
+def test_missing_key_for_the_public_api_fails_at_construction(api_key: str | None) -> None:
+    with pytest.raises(ModelError) as caught:
+        provider_for(None, api_key=api_key)
+
+    assert caught.value.code == "E_MODEL_AUTH"
+    assert "set Model.spec.apiKey (e.g. valueFrom.env: OPENAI_API_KEY)" in str(caught.value)
+
+
+async def test_local_server_needs_no_key(server: FakeOpenAIServer) -> None:
+    reply = await complete(provider_for(server.base_url, api_key=None), ask("ping"))
+
+    assert reply.text == "echo: ping"
+    assert server.authorizations == ["Bearer not-needed"]
+
+
+def test_invalid_client_options_are_rejected() -> None:
+    with pytest.raises(ModelError) as caught:
+        provider_for("http://127.0.0.1:1/v1", maxRetries=-1)
+
+    assert caught.value.code == "E_MODEL_CONFIG"
+    assert "maxRetries" in str(caught.value)
+
+
+async def test_thread_server_serves_a_client_on_another_loop() -> None:
+    # The shape other tests use: server loop in a thread, client elsewhere (here: this loop).
+    with FakeOpenAIServerThread() as fake:
+        fake.queue_reply(tool_calls=[{"name": "bash", "arguments": {"cmd": "pwd"}}])
+        provider = provider_for(fake.base_url)
+        try:
+            first = await provider.complete(ask("where am I?"))
+            second = await provider.complete(ask("thanks"))
+        finally:
+            await provider.aclose()
+
+        assert [(c.name, c.arguments) for c in first.tool_calls] == [("bash", '{"cmd": "pwd"}')]
+        assert first.tool_calls[0].id  # the server invents an id when the script gives none
+        assert second.text == "echo: thanks"
+        assert [r["messages"][-1]["content"] for r in fake.requests] == ["where am I?", "thanks"]
+        assert fake.pending == 0

@@ -1,0 +1,52 @@
+import json
+
+from agentproc.conversation import Conversation
+from agentproc.messages import Message, ToolCall
+
+
+def test_events_survive_without_a_fold(tmp_path):
+    convo = Conversation(tmp_path)
+    convo.load()
+    convo.append(Message(id="1", role="user", content="hi"))
+    convo.append(Message(id="2", role="assistant", content="hello"))
+    # no fold: as if the process were killed here
+    again = Conversation(tmp_path)
+    assert [m.content for m in again.load()] == ["hi", "hello"]
+    # loading replayed the events and folded them into the base
+    assert (tmp_path / "events.jsonl").read_bytes() == b""
+    assert len((tmp_path / "base.jsonl").read_text().splitlines()) == 2
+
+
+def test_fold_rewrites_base_and_clears_events(tmp_path):
+    convo = Conversation(tmp_path)
+    convo.load()
+    convo.append(Message(id="1", role="user", content="a"))
+    convo.fold()
+    convo.append(Message(id="2", role="user", content="b"))
+    convo.fold()
+    assert (tmp_path / "events.jsonl").read_bytes() == b""
+    assert [json.loads(line)["id"] for line in (tmp_path / "base.jsonl").read_text().splitlines()] == ["1", "2"]
+
+
+def test_a_torn_last_event_is_ignored(tmp_path):
+    convo = Conversation(tmp_path)
+    convo.load()
+    convo.append(Message(id="1", role="user", content="kept"))
+    with open(tmp_path / "events.jsonl", "ab") as f:
+        f.write(b'{"op":"append","message":{"id":"2","ro')
+    assert [m.id for m in Conversation(tmp_path).load()] == ["1"]
+
+
+def test_unanswered_tool_calls_get_an_interrupted_result(tmp_path):
+    convo = Conversation(tmp_path)
+    convo.load()
+    convo.append(Message(id="1", role="user", content="go"))
+    calls = (ToolCall("c1", "slow__run", "{}"), ToolCall("c2", "fast__run", "{}"))
+    convo.append(Message(id="2", role="assistant", tool_calls=calls))
+    convo.append(Message(id="3", role="tool", tool_call_id="c2", content='{"status":"ok","output":1}'))
+    loaded = Conversation(tmp_path).load()
+    assert [m.role for m in loaded] == ["user", "assistant", "tool", "tool"]
+    assert [m.tool_call_id for m in loaded[2:]] == ["c1", "c2"]  # in the order of the calls
+    assert json.loads(loaded[2].content)["error"]["code"] == "E_TOOL_INTERRUPTED"
+    # the repair is on disk
+    assert len(Conversation(tmp_path).load()) == 4

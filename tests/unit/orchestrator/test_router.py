@@ -1,0 +1,135 @@
+"""The router's rules, driven directly: every delegate gets exactly one delegate_result."""
+
+import asyncio
+
+import pytest
+
+from ipc import messages as wire
+from orchestrator.router import Requester, Router
+
+
+class RecordingOutbox:
+    """Stands in for the sockets: records what the router sends and to whom."""
+
+    def __init__(self) -> None:
+        self.running: set[str] = set()
+        self.to_agents: list[tuple[str, wire.Envelope]] = []
+        self.answers: list[tuple[Requester, wire.Envelope]] = []
+
+    def to_agent(self, name: str, frame: bytes) -> bool:
+        if name not in self.running:
+            return False
+        self.to_agents.append((name, wire.decode(frame)))
+        return True
+
+    def to_requester(self, requester: Requester, frame: bytes) -> None:
+        self.answers.append((requester, wire.decode(frame)))
+
+    def results(self) -> list[wire.DelegateResult]:
+        return [wire.decode_payload(env, wire.DelegateResult) for _, env in self.answers]
+
+
+@pytest.fixture
+def setup():
+    outbox = RecordingOutbox()
+    started: list[str] = []
+    router = Router({"a", "b"}, "a", outbox, started.append)
+    return router, outbox, started
+
+
+def delegate(to: str, *, chain=(), timeout_ms=None, cid="c1", sender="a") -> wire.Envelope:
+    payload = wire.Delegate("hi", "k", wire.Source("agent", sender), call_chain=chain, timeout_ms=timeout_ms)
+    return wire.decode(wire.encode(wire.DELEGATE, sender, to, payload, correlation_id=cid))
+
+
+def reply_to(env: wire.Envelope, text: str) -> wire.Envelope:
+    result = wire.DelegateResult("ok", env.to, text)
+    return wire.decode(wire.encode(wire.DELEGATE_RESULT, env.to, env.from_, result, correlation_id=env.correlation_id))
+
+
+async def test_delegate_to_a_stopped_agent_starts_it_and_waits(setup):
+    router, outbox, started = setup
+    requester = Requester("agent", b"a", "c1")
+    router.delegate(requester, delegate("b", chain=("a",)))
+    assert started == ["b"] and outbox.to_agents == []
+    outbox.running.add("b")
+    router.agent_ready("b")
+    [(name, forwarded)] = outbox.to_agents
+    assert name == "b" and forwarded.from_ == "a" and forwarded.correlation_id != "c1"
+    router.result(reply_to(forwarded, "pong"))
+    [(who, answer)] = outbox.answers
+    assert who == requester and answer.correlation_id == "c1"
+    assert outbox.results()[0].response == "pong"
+    assert router.pending == {}
+
+
+async def test_unknown_agent_is_answered_with_agent_not_found(setup):
+    router, outbox, started = setup
+    router.delegate(Requester("agent", b"a", "c9"), delegate("nobody"))
+    [result] = outbox.results()
+    assert result.error.code == "AGENT_NOT_FOUND"
+    assert "a, b" in result.error.message
+    assert outbox.answers[0][1].correlation_id == "c9" and started == []
+
+
+async def test_circular_call_names_the_whole_chain(setup):
+    router, outbox, _ = setup
+    router.delegate(Requester("agent", b"b", "c1"), delegate("a", chain=("a", "b"), sender="b"))
+    [result] = outbox.results()
+    assert result.error.code == "CIRCULAR_CALL_DETECTED"
+    assert result.error.message == "Circular call detected: a -> b -> a"
+
+
+async def test_timeout_answers_once_and_drops_the_late_reply(setup):
+    router, outbox, _ = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    router.delegate(Requester("agent", b"a", "c1"), delegate("b", chain=("a",), timeout_ms=20))
+    await asyncio.sleep(0.06)
+    [result] = outbox.results()
+    assert result.error.code == "AGENT_REQUEST_TIMEOUT"
+    assert "20ms" in result.error.message
+    router.result(reply_to(outbox.to_agents[0][1], "too late"))
+    assert len(outbox.answers) == 1
+
+
+async def test_crash_redelivers_once_then_fails_with_agent_crashed(setup):
+    router, outbox, started = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    router.delegate(Requester("agent", b"a", "c1"), delegate("b", chain=("a",)))
+    assert len(outbox.to_agents) == 1
+    assert router.agent_gone("b", "E_AGENT_CRASHED", "b crashed") is True  # work waits
+    router.agent_ready("b")
+    assert len(outbox.to_agents) == 2
+    first, second = outbox.to_agents
+    assert first[1].correlation_id == second[1].correlation_id  # the same request, again
+    assert outbox.answers == []
+    router.agent_gone("b", "E_AGENT_CRASHED", "b crashed again")
+    [result] = outbox.results()
+    assert result.error.code == "E_AGENT_CRASHED"
+    assert router.pending == {}
+
+
+async def test_requests_queued_before_ready_keep_their_order(setup):
+    router, outbox, _ = setup
+    for i in range(5):
+        router.delegate(Requester("control", b"cli", str(i)), delegate("b", cid=str(i)))
+    outbox.running.add("b")
+    router.agent_ready("b")
+    sent_ids = [int(env.correlation_id) for _, env in outbox.to_agents]
+    assert sent_ids == sorted(sent_ids) and len(sent_ids) == 5
+
+
+async def test_start_failure_answers_everyone_waiting(setup):
+    router, outbox, _ = setup
+    router.delegate(Requester("control", b"cli", "1"), delegate("b"))
+    router.delegate(Requester("control", b"cli", "2"), delegate("b", cid="2"))
+    router.fail_waiting("b", "E_AGENT_START", "bad tool module")
+    assert [r.error.code for r in outbox.results()] == ["E_AGENT_START"] * 2
+
+
+async def test_empty_target_goes_to_the_entry_agent(setup):
+    router, outbox, started = setup
+    router.delegate(Requester("control", b"cli", "1"), delegate(""))
+    assert started == ["a"]
