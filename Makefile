@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: install
-	$(BIN)/goondan run configs/quickstart --input "What is 19 plus 23? Ask the researcher for a fun fact too."
+	$(BIN)/goondan run configs/quickstart --log-level warning --transcript \
+		--input "What is 19 plus 23? Ask the researcher for a fun fact too."
 
 test: install
 	$(BIN)/python -m pytest -q

@@ -115,6 +115,21 @@ class Conversation:
             self._events_fd = None
 
 
+def read_messages(directory: Path) -> list[Message]:
+    """The conversation as stored (base + events), without repairing or writing anything."""
+    messages = [_message_decoder.decode(line) for line in _lines(directory / "base.jsonl")]
+    for line in _lines(directory / "events.jsonl"):
+        try:
+            event = _event_decoder.decode(line)
+        except msgspec.DecodeError:
+            break
+        if isinstance(event, Append):
+            messages.append(event.message)
+        else:
+            messages.clear()
+    return messages
+
+
 def _lines(path: Path) -> list[bytes]:
     try:
         data = path.read_bytes()

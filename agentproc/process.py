@@ -133,7 +133,11 @@ class AgentProcess:
                 runtime,
                 self.paths.workdir(self.swarm, key),
             )
-            result = wire.DelegateResult("ok", self.name, outcome.text, instance_key=key)
+            if outcome.error_code is None:
+                result = wire.DelegateResult("ok", self.name, outcome.text, instance_key=key)
+            else:
+                error = wire.ErrorInfo(outcome.error_code, outcome.text)
+                result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
         except Exception as exc:  # a bug in the loop: answer with an error, keep serving
             self.log.exception("turn failed", instanceKey=key)
             error = wire.ErrorInfo("E_TURN_FAILED", f"{type(exc).__name__}: {exc}")

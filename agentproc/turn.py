@@ -47,6 +47,7 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     finish_reason: FinishReason
     steps: int
     usage: Usage
+    error_code: str | None = None  # set when finish_reason == "error"
 
 
 async def run_turn(
@@ -73,7 +74,12 @@ async def run_turn(
             id=next_id(),
             role="user",
             content=turn_input.input,
-            metadata={"source": turn_input.source, "requestId": turn_input.request_id},
+            metadata={
+                "source": turn_input.source,
+                "requestId": turn_input.request_id,
+                "traceId": turn_input.trace_id,
+                "receivedAt": time.time(),
+            },
         )
     )
     system = [Message(id="system", role="system", content=agent.system_prompt)]
@@ -91,7 +97,9 @@ async def run_turn(
             log.warning("model call failed", code=exc.code, error=str(exc), step=step)
             text = f"The model call failed ({exc.code}): {exc}"
             conversation.append(Message(id=next_id(), role="assistant", content=text))
-            return _outcome(text, "error", step, input_tokens, output_tokens)
+            return TurnOutcome(
+                text, "error", step, Usage(input_tokens, output_tokens), error_code=exc.code
+            )
         input_tokens += reply.usage.input_tokens
         output_tokens += reply.usage.output_tokens
         assistant = Message(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import secrets
 import signal
 import time
 from typing import Any
@@ -60,6 +61,7 @@ class Daemon:
         self._local_waiters: dict[str, asyncio.Future[wire.DelegateResult]] = {}
         self._log = structlog.get_logger().bind(swarm=self.swarm.name)
         self.started_at = time.time()
+        self.input_trace_id: str | None = None  # of `run --input`, for its transcript
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -116,7 +118,8 @@ class Daemon:
             source=wire.Source("cli", "run"),
             timeout_ms=DEFAULT_INPUT_TIMEOUT_MS,
         )
-        ask = asyncio.ensure_future(self.ask(self.entry_agent, payload))
+        self.input_trace_id = secrets.token_hex(16)
+        ask = asyncio.ensure_future(self.ask(self.entry_agent, payload, self.input_trace_id))
         stop = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait([ask, stop], return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
@@ -146,13 +149,20 @@ class Daemon:
     def request_stop(self) -> None:
         self._stop.set()
 
-    async def ask(self, agent: str, payload: wire.Delegate) -> wire.DelegateResult:
+    async def ask(
+        self, agent: str, payload: wire.Delegate, trace_id: str | None = None
+    ) -> wire.DelegateResult:
         """Route a delegate from the daemon itself (`goondan run --input`)."""
         cid = str(next(self._local_ids))
         future: asyncio.Future[wire.DelegateResult] = asyncio.get_running_loop().create_future()
         self._local_waiters[cid] = future
         env = wire.Envelope(
-            wire.DELEGATE, "cli", agent, wire.encode_payload(payload), correlation_id=cid
+            wire.DELEGATE,
+            "cli",
+            agent,
+            wire.encode_payload(payload),
+            correlation_id=cid,
+            trace_id=trace_id,
         )
         self.router.delegate(Requester("local", b"cli", cid), env)
         try:

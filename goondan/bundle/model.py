@@ -61,10 +61,16 @@ class PackageDependency(msgspec.Struct, frozen=True):
     version: str = "*"
 
 
+class PackageRegistry(msgspec.Struct, frozen=True):
+    url: str
+
+
 class PackageSpec(msgspec.Struct, frozen=True):
     version: str | None = None
     description: str | None = None
     dependencies: tuple[PackageDependency, ...] = ()
+    access: str = "public"  # "public" | "restricted" (publishing only)
+    registry: PackageRegistry | None = None
 
 
 class ModelCapabilities(msgspec.Struct, frozen=True):

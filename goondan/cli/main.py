@@ -42,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--swarm", help="swarm to run (default: the one named `default`, or the only one)")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
     p.add_argument("--input", help="answer this one input on stdout, then shut down")
+    p.add_argument(
+        "--transcript",
+        action="store_true",
+        help="with --input: first print every agent's messages, tool calls and results",
+    )
     p.add_argument("--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)")
 
     p = sub.add_parser(

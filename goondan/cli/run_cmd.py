@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import uvloop
 
 from goondan.bundle import BundleInvalid, load_bundle
+from goondan.cli.transcript import render_transcript
 from goondan.logs import configure_logging
 from goondan.paths import StatePaths
 from ipc.endpoints import EndpointError
@@ -16,6 +18,8 @@ from orchestrator.lock import AlreadyRunning
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.log_level:
+        os.environ["GOONDAN_LOG_LEVEL"] = args.log_level  # agent processes inherit it
     configure_logging(args.log_level)
     try:
         bundle = load_bundle(args.path)
@@ -33,6 +37,9 @@ def run(args: argparse.Namespace) -> int:
     except (AlreadyRunning, EndpointError) as exc:
         print(f"goondan: {exc}", file=sys.stderr)
         return 1
+    if args.transcript and daemon.input_trace_id:
+        print(render_transcript(daemon.paths, daemon.swarm.name, daemon.input_trace_id))
+        print()
     if answer is not None:
         stream = sys.stdout if code == 0 else sys.stderr
         print(answer, file=stream)

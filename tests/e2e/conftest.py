@@ -1,0 +1,141 @@
+"""The CLI as a user runs it: real `goondan` processes, real sockets, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+QUICKSTART = REPO / "configs" / "quickstart"
+GOONDAN = [sys.executable, "-m", "goondan.cli.main"]
+
+
+def goondan(*args: str, timeout: float = 60, check: bool = False, **kw) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [*GOONDAN, *args], capture_output=True, text=True, timeout=timeout, **kw
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"goondan {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def state_root() -> Iterator[Path]:
+    # Short on purpose: unix socket paths are limited to 107 bytes.
+    path = Path(tempfile.mkdtemp(prefix="gd-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def write_bundle(directory: Path, yaml_text: str, files: dict[str, str] | None = None) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "goondan.yaml").write_text(textwrap.dedent(yaml_text))
+    for name, text in (files or {}).items():
+        target = directory / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(textwrap.dedent(text))
+    return directory
+
+
+class Daemon:
+    """`goondan run` in the background, as a user would leave it running."""
+
+    def __init__(self, bundle: Path, state_root: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        self.state_root = state_root
+        self.stderr_path = state_root / "daemon.stderr"
+        self._stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen(
+            [*GOONDAN, "run", str(bundle), "--state-root", str(state_root), *extra],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}: {self.logs()}")
+            if (self.state_root / "run" / "orchestrator.json").exists():
+                return
+            time.sleep(0.02)
+        raise AssertionError(f"daemon not ready in {timeout}s: {self.logs()}")
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return goondan(*args, "--state-root", str(self.state_root), timeout=timeout)
+
+    def send(self, text: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return self.cli("send", text, *args, timeout=timeout)
+
+    def status(self) -> dict:
+        proc = self.cli("status", "--json")
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    def process(self, name: str) -> dict:
+        return next(p for p in self.status()["processes"] if p["name"] == name)
+
+    def logs(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_daemon(state_root: Path) -> Iterator:
+    daemons: list[Daemon] = []
+
+    def start(bundle: Path = QUICKSTART, *extra: str, env: dict[str, str] | None = None) -> Daemon:
+        daemon = Daemon(bundle, state_root, *extra, env=env)
+        daemons.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in daemons:
+        daemon.stop()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purposes
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(predicate, timeout: float = 10, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")

@@ -1,0 +1,157 @@
+"""A daemon left running, driven by `goondan send/status/stop` like a user would."""
+
+import os
+import signal
+import time
+
+import zmq
+
+from tests.e2e.conftest import goondan, pid_alive, wait_for, write_bundle
+
+
+def test_send_status_and_stop(start_daemon, state_root):
+    daemon = start_daemon()
+    first = daemon.send("What is 2 plus 3?")
+    assert first.returncode == 0, first.stderr + daemon.logs()
+    assert first.stdout.startswith("2 plus 3 is 5")
+
+    status = daemon.status()
+    assert status["pid"] == daemon.proc.pid and status["swarm"] == "default"
+    rows = {p["name"]: p for p in status["processes"]}
+    assert set(rows) == {"assistant", "researcher"}
+    for row in rows.values():  # both started on demand: the researcher by the delegation
+        assert row["kind"] == "agent" and row["status"] == "idle" and row["restarts"] == 0
+        assert pid_alive(row["pid"])
+
+    # another agent can be addressed directly, in its own conversation
+    direct = daemon.send("a fact about the number 7 please", "--agent", "researcher", "--instance", "x")
+    assert direct.stdout.strip().startswith("7 is a prime")
+
+    stop = daemon.cli("stop")
+    assert stop.returncode == 0, stop.stderr
+    assert daemon.proc.wait(10) == 0
+    assert not any(pid_alive(r["pid"]) for r in rows.values())
+    assert not (state_root / "run" / "orchestrator.json").exists()
+
+
+def test_conversation_continues_across_sends(start_daemon, state_root):
+    daemon = start_daemon()
+    daemon.send("What is 1 plus 1?")
+    daemon.send("What is 2 plus 2?")
+    base = state_root / "swarms/default/instances/cli/assistant/base.jsonl"
+    wait_for(lambda: base.exists() and base.read_text().count('"role":"user"') == 2)
+
+
+def test_send_without_a_daemon_says_so(state_root):
+    proc = goondan("send", "hello", "--state-root", str(state_root))
+    assert proc.returncode == 2
+    assert "no orchestrator is running" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_agent_is_a_clear_error(start_daemon):
+    daemon = start_daemon()
+    proc = daemon.send("hi", "--agent", "nobody")
+    assert proc.returncode == 1
+    assert "AGENT_NOT_FOUND" in proc.stderr and "assistant, researcher" in proc.stderr
+
+
+def test_killed_agent_is_respawned_and_answers(start_daemon):
+    daemon = start_daemon()
+    assert daemon.send("What is 4 plus 4?").returncode == 0
+    old = daemon.process("researcher")
+    os.kill(old["pid"], signal.SIGKILL)
+    wait_for(lambda: daemon.process("researcher")["restarts"] == 1)
+    again = daemon.send("What is 5 plus 5?")
+    assert again.returncode == 0, again.stderr + daemon.logs()
+    assert "10 is not a prime" in again.stdout
+    new = daemon.process("researcher")
+    assert new["pid"] != old["pid"] and new["status"] == "idle"
+
+
+def test_sigint_stops_everything_cleanly(start_daemon):
+    daemon = start_daemon()
+    daemon.send("What is 1 plus 2?")
+    pids = [p["pid"] for p in daemon.status()["processes"]]
+    assert daemon.stop(signal.SIGINT) == 0
+    assert not any(pid_alive(pid) for pid in pids)
+
+
+def test_second_daemon_on_the_same_state_root_refuses(start_daemon, state_root):
+    start_daemon()
+    from tests.e2e.conftest import QUICKSTART
+
+    proc = goondan("run", str(QUICKSTART), "--state-root", str(state_root), timeout=20)
+    assert proc.returncode == 1
+    assert "already running" in proc.stderr
+
+
+def test_killed_orchestrator_takes_its_agents_with_it(start_daemon):
+    daemon = start_daemon()
+    daemon.send("What is 3 plus 3?")
+    pids = [p["pid"] for p in daemon.status()["processes"]]
+    daemon.proc.kill()
+    daemon.proc.wait()
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=2)
+
+
+def test_malformed_frames_do_not_hurt_the_daemon(start_daemon, state_root):
+    daemon = start_daemon()
+    ctx = zmq.Context()
+    for endpoint in ("control.sock", "agents.sock"):
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.IDENTITY, b"assistant" if endpoint == "agents.sock" else b"junk")
+        sock.connect(f"ipc://{state_root}/run/{endpoint}")
+        for junk in (b"", b"\xc1\xc1", b"\x93\x01\x02\x03", b"x" * 10_000):
+            sock.send(junk)
+        time.sleep(0.1)
+        sock.close(0)
+    ctx.term()
+    proc = daemon.send("What is 6 plus 6?")
+    assert proc.returncode == 0 and "12" in proc.stdout
+    assert "dropped malformed frame" in daemon.logs()
+
+
+BROKEN_TOOL_BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: scripted, model: s}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: broken}
+spec:
+  entry: ./broken.py
+  exports:
+    - name: run
+      description: never loads
+      parameters: {type: object, properties: {}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: solo}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools: [{ref: Tool/broken}]
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/solo
+  agents: [{ref: Agent/solo}]
+"""
+
+
+def test_agent_that_cannot_start_gives_the_reason(start_daemon, tmp_path):
+    bundle = write_bundle(tmp_path / "b", BROKEN_TOOL_BUNDLE, {"broken.py": "raise ImportError('no numpy here')\n"})
+    daemon = start_daemon(bundle)
+    proc = daemon.send("hi")
+    assert proc.returncode == 1
+    assert "E_AGENT_START" in proc.stderr
+    assert "Tool/broken" in proc.stderr and "no numpy here" in proc.stderr
+    # fixing the file is enough: the next request starts the agent again
+    (bundle / "broken.py").write_text("handlers = {'run': lambda ctx, args: 'ok'}\n")
+    fixed = daemon.send("hi")
+    assert fixed.returncode == 0 and fixed.stdout.strip() == "You said: hi"

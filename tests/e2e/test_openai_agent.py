@@ -1,0 +1,103 @@
+"""An agent process driven by an OpenAI-compatible server (a local one speaking the real wire)."""
+
+import json
+
+import pytest
+
+from tests.e2e.conftest import write_bundle
+from tests.fakes.openai_server import FakeOpenAIServerThread
+
+BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: gpt}
+spec:
+  provider: openai
+  model: gpt-test
+  endpoint: "%(endpoint)s"
+  apiKey:
+    valueFrom: {env: FAKE_OPENAI_KEY}
+  options: {maxRetries: 0}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: calc}
+spec:
+  entry: ./calc.py
+  exports:
+    - name: add
+      description: Add two numbers.
+      parameters:
+        type: object
+        additionalProperties: false
+        required: [a, b]
+        properties:
+          a: {type: number, description: first}
+          b: {type: number, description: second}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: helper}
+spec:
+  modelConfig:
+    modelRef: Model/gpt
+    params: {temperature: 0.3, maxTokens: 256}
+  prompt: {system: "You are terse."}
+  tools:
+    - ref: Tool/calc
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/helper
+  agents: [{ref: Agent/helper}]
+"""
+
+CALC = """\
+def add(ctx, args):
+    return {"sum": args["a"] + args["b"]}
+
+handlers = {"add": add}
+"""
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServerThread(api_key="sk-test") as server:
+        yield server
+
+
+def test_tool_loop_against_an_openai_compatible_server(start_daemon, tmp_path, server):
+    bundle = write_bundle(tmp_path / "b", BUNDLE % {"endpoint": server.base_url}, {"calc.py": CALC})
+    server.queue_reply(tool_calls=[{"name": "calc__add", "arguments": {"a": 2, "b": "x"}}])
+    server.queue_reply(tool_calls=[{"name": "calc__add", "arguments": {"a": 2, "b": 3}}])
+    server.queue_reply(text="2 + 3 = 5")
+    daemon = start_daemon(bundle, env={"FAKE_OPENAI_KEY": "sk-test"})
+
+    proc = daemon.send("add 2 and 3")
+    assert proc.returncode == 0, proc.stderr + daemon.logs()
+    assert proc.stdout.strip() == "2 + 3 = 5"
+
+    first, second, third = server.requests
+    assert first["model"] == "gpt-test"
+    assert first["temperature"] == 0.3 and first["max_tokens"] == 256
+    assert first["messages"][0] == {"role": "system", "content": "You are terse."}
+    assert first["messages"][-1] == {"role": "user", "content": "add 2 and 3"}
+    [tool] = first["tools"]
+    assert tool["type"] == "function" and tool["function"]["name"] == "calc__add"
+    # The bad arguments came back to the model as a structured error, not a crash.
+    error = json.loads(second["messages"][-1]["content"])
+    assert second["messages"][-1]["role"] == "tool"
+    assert error["status"] == "error" and error["error"]["code"] == "E_TOOL_INVALID_ARGS"
+    result = json.loads(third["messages"][-1]["content"])
+    assert result == {"status": "ok", "output": {"sum": 5}}
+    assert server.authorizations[-1] == "Bearer sk-test"
+
+
+def test_model_errors_reach_the_user_clearly(start_daemon, tmp_path, server):
+    bundle = write_bundle(tmp_path / "b", BUNDLE % {"endpoint": server.base_url}, {"calc.py": CALC})
+    daemon = start_daemon(bundle, env={"FAKE_OPENAI_KEY": "wrong-key"})
+    proc = daemon.send("hello")
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "E_MODEL_AUTH" in proc.stderr and "Traceback" not in proc.stderr
