@@ -25,5 +25,10 @@ test: install
 bench: install
 	$(BIN)/python -m bench
 
+lint: install
+	$(BIN)/python -m pip install -q ruff mypy
+	$(BIN)/ruff check ipc goondan agentproc orchestrator base_tools tests bench
+	$(BIN)/mypy --strict --ignore-missing-imports ipc goondan agentproc orchestrator
+
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 import msgspec
 
 from agentproc.messages import Message
@@ -25,11 +26,11 @@ class MessageEvent(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="o
     pass
 
 
-class Append(MessageEvent, tag="append"):
+class Append(MessageEvent, frozen=True, tag="append"):
     message: Message
 
 
-class Truncate(MessageEvent, tag="truncate"):
+class Truncate(MessageEvent, frozen=True, tag="truncate"):
     pass
 
 
@@ -175,4 +176,3 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-

@@ -8,10 +8,12 @@ import ctypes
 import os
 import signal
 import sys
+from typing import Any
 
 import structlog
 import zmq
 
+from agentproc.messages import ModelError
 from agentproc.process import AgentProcess
 from agentproc.providers import make_provider
 from agentproc.tool_registry import ToolLoadError, ToolRegistry
@@ -40,7 +42,7 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[str, object]]:
+def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[str, Any]]:
     try:
         bundle = load_bundle(args.bundle)
     except BundleInvalid as exc:
@@ -56,8 +58,10 @@ def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[st
     try:
         provider = make_provider(model, api_key)
         registry = ToolRegistry.from_resources(bundle.agent_tools(agent))
-    except (ValueError, ToolLoadError) as exc:
-        raise StartError(f"{model_resource.label}: {exc}" if isinstance(exc, ValueError) else str(exc)) from None
+    except (ValueError, ModelError) as exc:
+        raise StartError(f"{model_resource.label}: {exc}") from None
+    except ToolLoadError as exc:
+        raise StartError(str(exc)) from None
     definition = AgentDefinition(
         name=agent.name,
         provider=provider,

@@ -111,7 +111,7 @@ def _import_handlers(resource: Resource) -> dict[str, Handler]:
     handlers = getattr(module, "handlers", None)
     if not isinstance(handlers, dict):
         raise ToolLoadError(
-            f"{resource.label}: {path} must define `handlers = {{\"export_name\": fn, ...}}`"
+            f'{resource.label}: {path} must define `handlers = {{"export_name": fn, ...}}`'
         )
     return handlers
 

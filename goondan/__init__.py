@@ -1,6 +1,6 @@
 """goondan: the public API for tool and extension authors.
 
-    from goondan import ToolContext, ToolError
+from goondan import ToolContext, ToolError
 """
 
 from goondan.delegation import (

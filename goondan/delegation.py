@@ -34,7 +34,8 @@ class DeliveryFailed(DelegateError):
 
 
 _BY_CODE: dict[str, type[DelegateError]] = {
-    cls.code: cls for cls in (AgentNotFound, CircularCall, RequestTimeout, AgentCrashed, DeliveryFailed)
+    cls.code: cls
+    for cls in (AgentNotFound, CircularCall, RequestTimeout, AgentCrashed, DeliveryFailed)
 }
 
 

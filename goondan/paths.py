@@ -1,8 +1,8 @@
 """Where state lives under the state root (`--state-root`, `GOONDAN_STATE_ROOT`, `~/.goondan`).
 
-    <root>/run/                  0700: sockets, lock, orchestrator.json
-    <root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   conversation (base/events.jsonl)
-    <root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
+<root>/run/                  0700: sockets, lock, orchestrator.json
+<root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   conversation (base/events.jsonl)
+<root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
 """
 
 from __future__ import annotations

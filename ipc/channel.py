@@ -76,7 +76,7 @@ class Channel:
         self._drain_scheduled = False
         sock = self.sock
         while not self._closed:
-            events = sock.getsockopt(zmq.EVENTS)
+            events = int(sock.getsockopt(zmq.EVENTS))
             progressed = False
             if self._outbox and events & zmq.POLLOUT:
                 progressed = self._flush_outbox()

@@ -162,5 +162,7 @@ def decode_payload(envelope: Envelope, type_: type[P]) -> P:
     try:
         result: P = decoder.decode(envelope.payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise MalformedFrame(f"bad {envelope.type} payload from {envelope.from_!r}: {exc}") from None
+        raise MalformedFrame(
+            f"bad {envelope.type} payload from {envelope.from_!r}: {exc}"
+        ) from None
     return result

@@ -135,7 +135,9 @@ class Daemon:
         shutdown = wire.Shutdown("orchestrator_shutdown", int(self.grace_s * 1000))
 
         def send_shutdown(name: str) -> bool:
-            return self.to_agent(name, wire.encode(wire.SHUTDOWN, wire.ORCHESTRATOR, name, shutdown))
+            return self.to_agent(
+                name, wire.encode(wire.SHUTDOWN, wire.ORCHESTRATOR, name, shutdown)
+            )
 
         await self.supervisor.stop_all(send_shutdown, self.grace_s)
         self.router.fail_all("E_SHUTTING_DOWN", "the orchestrator is shutting down")
@@ -210,7 +212,9 @@ class Daemon:
         except Exception:
             self._log.exception("failed to handle agent message", sender=name)
 
-    def _on_agent_message(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
+    def _on_agent_message(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
         known = name in self.supervisor.slots
         if not known:
             self._log.warning("message from an unknown peer dropped", sender=name, type=env.type)
@@ -247,11 +251,15 @@ class Daemon:
 
     def _agent_exited(self, name: str, crashed: bool, start_error: str | None) -> None:
         if start_error is not None:
-            self.router.fail_waiting(name, "E_AGENT_START", f"agent '{name}' cannot start: {start_error}")
+            self.router.fail_waiting(
+                name, "E_AGENT_START", f"agent '{name}' cannot start: {start_error}"
+            )
             return
         code = "E_AGENT_CRASHED" if crashed else "E_AGENT_STOPPED"
         waiting = self.router.agent_gone(
-            name, code, f"agent '{name}' {'crashed' if crashed else 'stopped'} while handling the request"
+            name,
+            code,
+            f"agent '{name}' {'crashed' if crashed else 'stopped'} while handling the request",
         )
         if crashed or waiting:
             self.supervisor.respawn(name)
@@ -314,4 +322,3 @@ def _answer_text(answer: wire.DelegateResult | None) -> str | None:
         return answer.response or ""
     error = answer.error
     return f"{error.code}: {error.message}" if error else "unknown error"
-

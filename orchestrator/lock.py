@@ -30,7 +30,8 @@ class StateLock:
             os.close(fd)
             raise AlreadyRunning(
                 f"an orchestrator (pid {holder}) is already running on state root "
-                f"{self.path.parent.parent}; stop it with `goondan stop` or use another --state-root"
+                f"{self.path.parent.parent}; stop it with `goondan stop` "
+                "or use another --state-root"
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())

@@ -44,7 +44,14 @@ class Outbox(Protocol):
 
 class Pending:
     __slots__ = (
-        "oid", "requester", "target", "frame", "deliveries", "delivered", "timer", "trace_id"
+        "oid",
+        "requester",
+        "target",
+        "frame",
+        "deliveries",
+        "delivered",
+        "timer",
+        "trace_id",
     )
 
     def __init__(

@@ -32,7 +32,7 @@ def crash_backoff(consecutive_crashes: int) -> float:
     if consecutive_crashes <= CRASH_THRESHOLD:
         return 0.0
     exponent = consecutive_crashes - CRASH_THRESHOLD - 1
-    return min(BACKOFF_INITIAL_S * 2**exponent, BACKOFF_MAX_S)
+    return min(BACKOFF_INITIAL_S * 2.0**exponent, BACKOFF_MAX_S)
 
 
 class ProcessInfo(msgspec.Struct, frozen=True):
@@ -181,9 +181,7 @@ class Supervisor:
     def note_success(self, name: str) -> None:
         self.slots[name].consecutive_crashes = 0
 
-    async def stop_all(
-        self, send_shutdown: Callable[[str], bool], grace_s: float
-    ) -> None:
+    async def stop_all(self, send_shutdown: Callable[[str], bool], grace_s: float) -> None:
         """Drain every agent: `shutdown`, wait for exit, SIGKILL after the grace period."""
         self._closing = True
         for slot in self.slots.values():

@@ -215,4 +215,5 @@ class Resource(msgspec.Struct, frozen=True):
 
     def entry_path(self) -> Path:
         """Absolute path of `spec.entry` for Tool/Extension/Connector resources."""
-        return (self.source.root / self.spec.entry).resolve()
+        entry: str = self.spec.entry
+        return (self.source.root / entry).resolve()

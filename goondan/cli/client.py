@@ -74,7 +74,9 @@ class ControlClient:
                 raise NotRunning("the orchestrator stopped before answering")
 
     def command(self, name: str, timeout_s: float = 10.0) -> wire.ControlReply:
-        frame = wire.encode(wire.CONTROL, "cli", wire.ORCHESTRATOR, wire.Control(name), correlation_id="1")
+        frame = wire.encode(
+            wire.CONTROL, "cli", wire.ORCHESTRATOR, wire.Control(name), correlation_id="1"
+        )
         return wire.decode_payload(self.call(frame, timeout_s), wire.ControlReply)
 
     def send(

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -35,12 +35,17 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def _send(client: ControlClient, args: argparse.Namespace) -> int:
-    result = client.send(args.text, agent=args.agent, instance_key=args.instance, timeout_s=args.timeout)
+    result = client.send(
+        args.text, agent=args.agent, instance_key=args.instance, timeout_s=args.timeout
+    )
     if result.status == "ok":
         print(result.response or "")
         return 0
     error = result.error
-    print(f"goondan: {error.code}: {error.message}" if error else "goondan: request failed", file=sys.stderr)
+    print(
+        f"goondan: {error.code}: {error.message}" if error else "goondan: request failed",
+        file=sys.stderr,
+    )
     return EXIT_FAILED
 
 
@@ -50,7 +55,9 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
     if args.json or not sys.stdout.isatty():
         print(json.dumps(status, indent=2 if args.json and sys.stdout.isatty() else None))
         return 0
-    started = datetime.fromtimestamp(status["startedAt"], tz=timezone.utc).isoformat(timespec="seconds")
+    started = datetime.fromtimestamp(status["startedAt"], tz=UTC).isoformat(
+        timespec="seconds"
+    )
     print(f"orchestrator  pid {status['pid']}  swarm {status['swarm']}  since {started}")
     print(f"bundle        {status['bundle']}")
     print()
@@ -69,7 +76,9 @@ def _stop(client: ControlClient, paths: StatePaths, args: argparse.Namespace) ->
     deadline = time.monotonic() + args.timeout
     while daemon_running(paths):
         if time.monotonic() > deadline:
-            print(f"goondan: the orchestrator did not stop within {args.timeout:g}s", file=sys.stderr)
+            print(
+                f"goondan: the orchestrator did not stop within {args.timeout:g}s", file=sys.stderr
+            )
             return EXIT_FAILED
         time.sleep(0.05)
     print("stopped", file=sys.stderr)

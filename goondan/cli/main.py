@@ -22,24 +22,33 @@ STATE_ROOT_HELP = "state directory (default: $GOONDAN_STATE_ROOT, else ~/.goonda
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="goondan", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="goondan",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-V", "--version", action="version", version=f"goondan {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("validate", help="check a bundle and report every problem")
-    p.add_argument("path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)")
+    p.add_argument(
+        "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
+    )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
 
     p = sub.add_parser(
         "run",
         help="run the orchestrator in the foreground",
-        description="Run the orchestrator in the foreground until SIGTERM/SIGINT or `goondan stop`. "
+        description="Run the orchestrator in the foreground until SIGTERM/SIGINT or "
+        "`goondan stop`. "
         "Agent processes start on demand (first input or first delegate to them). "
         "Logs go to stderr (JSON lines when stderr is not a terminal).",
     )
-    p.add_argument("path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)")
-    p.add_argument("--swarm", help="swarm to run (default: the one named `default`, or the only one)")
+    p.add_argument(
+        "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
+    )
+    p.add_argument(
+        "--swarm", help="swarm to run (default: the one named `default`, or the only one)"
+    )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
     p.add_argument("--input", help="answer this one input on stdout, then shut down")
     p.add_argument(
@@ -47,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --input: first print every agent's messages, tool calls and results",
     )
-    p.add_argument("--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)")
+    p.add_argument(
+        "--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)"
+    )
 
     p = sub.add_parser(
         "send",
@@ -57,8 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("text", help="the input for the agent")
     p.add_argument("--agent", help="agent to ask (default: the swarm's entry agent)")
-    p.add_argument("--instance", default="cli", help="conversation (instanceKey) to use (default: cli)")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the reply (default: 600)")
+    p.add_argument(
+        "--instance", default="cli", help="conversation (instanceKey) to use (default: cli)"
+    )
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds to wait for the reply (default: 600)"
+    )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser("status", help="show the orchestrator and its processes")

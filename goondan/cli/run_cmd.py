@@ -27,7 +27,10 @@ def run(args: argparse.Namespace) -> int:
     except BundleInvalid as exc:
         for error in exc.errors:
             print(error.render(), file=sys.stderr)
-        print(f"goondan: {len(exc.errors)} problem(s) in the bundle; nothing was started", file=sys.stderr)
+        print(
+            f"goondan: {len(exc.errors)} problem(s) in the bundle; nothing was started",
+            file=sys.stderr,
+        )
         return 1
     except LookupError as exc:
         print(f"goondan: {exc}", file=sys.stderr)

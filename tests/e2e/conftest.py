@@ -21,12 +21,14 @@ QUICKSTART = REPO / "configs" / "quickstart"
 GOONDAN = [sys.executable, "-m", "goondan.cli.main"]
 
 
-def goondan(*args: str, timeout: float = 60, check: bool = False, **kw) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [*GOONDAN, *args], capture_output=True, text=True, timeout=timeout, **kw
-    )
+def goondan(
+    *args: str, timeout: float = 60, check: bool = False, **kw
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*GOONDAN, *args], capture_output=True, text=True, timeout=timeout, **kw)
     if check and proc.returncode != 0:
-        raise AssertionError(f"goondan {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"goondan {args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
@@ -51,7 +53,9 @@ def write_bundle(directory: Path, yaml_text: str, files: dict[str, str] | None =
 class Daemon:
     """`goondan run` in the background, as a user would leave it running."""
 
-    def __init__(self, bundle: Path, state_root: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, bundle: Path, state_root: Path, *extra: str, env: dict[str, str] | None = None
+    ) -> None:
         self.state_root = state_root
         self.stderr_path = state_root / "daemon.stderr"
         self._stderr = open(self.stderr_path, "w")

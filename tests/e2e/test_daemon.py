@@ -24,7 +24,9 @@ def test_send_status_and_stop(start_daemon, state_root):
         assert pid_alive(row["pid"])
 
     # another agent can be addressed directly, in its own conversation
-    direct = daemon.send("a fact about the number 7 please", "--agent", "researcher", "--instance", "x")
+    direct = daemon.send(
+        "a fact about the number 7 please", "--agent", "researcher", "--instance", "x"
+    )
     assert direct.stdout.strip().startswith("7 is a prime")
 
     stop = daemon.cli("stop")
@@ -145,7 +147,9 @@ spec:
 
 
 def test_agent_that_cannot_start_gives_the_reason(start_daemon, tmp_path):
-    bundle = write_bundle(tmp_path / "b", BROKEN_TOOL_BUNDLE, {"broken.py": "raise ImportError('no numpy here')\n"})
+    bundle = write_bundle(
+        tmp_path / "b", BROKEN_TOOL_BUNDLE, {"broken.py": "raise ImportError('no numpy here')\n"}
+    )
     daemon = start_daemon(bundle)
     proc = daemon.send("hi")
     assert proc.returncode == 1

@@ -111,7 +111,8 @@ def run(ctx, args):
     marker = ctx.workdir / "attempts"
     attempt = int(marker.read_text()) + 1 if marker.exists() else 1
     marker.write_text(str(attempt))
-    time.sleep(float((ctx.workdir / "delay").read_text()) if (ctx.workdir / "delay").exists() else 1.0)
+    delay = ctx.workdir / "delay"
+    time.sleep(float(delay.read_text()) if delay.exists() else 1.0)
     return {"attempt": attempt}
 
 handlers = {"run": run}
@@ -164,7 +165,9 @@ def test_busy_agent_killed_mid_request_is_redelivered_once(start_daemon, bundle,
 
     pending = subprocess.Popen(
         [*GOONDAN, "send", "ask sleeper with 30000ms", "--state-root", str(state_root)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     wait_for(lambda: (workdir / "attempts").exists(), timeout=15)
     os.kill(daemon.process("sleeper")["pid"], signal.SIGKILL)

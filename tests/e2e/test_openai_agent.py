@@ -101,3 +101,13 @@ def test_model_errors_reach_the_user_clearly(start_daemon, tmp_path, server):
     proc = daemon.send("hello")
     assert proc.returncode == 1 and proc.stdout == ""
     assert "E_MODEL_AUTH" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_api_key_names_what_to_set(start_daemon, tmp_path):
+    text = BUNDLE.replace('  endpoint: "%(endpoint)s"\n', "")
+    bundle = write_bundle(tmp_path / "b", text, {"calc.py": CALC})
+    daemon = start_daemon(bundle, env={"FAKE_OPENAI_KEY": ""})
+    proc = daemon.send("hello")
+    assert proc.returncode == 1
+    assert "E_AGENT_START" in proc.stderr and "Model/gpt" in proc.stderr
+    assert "apiKey" in proc.stderr

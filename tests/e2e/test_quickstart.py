@@ -12,8 +12,12 @@ def test_validate_the_quickstart():
 
 def test_one_shot_run_answers_with_a_tool_call_and_a_delegation(state_root):
     proc = goondan(
-        "run", str(QUICKSTART), "--state-root", str(state_root),
-        "--input", "What is 19 plus 23? Ask the researcher for a fun fact too.",
+        "run",
+        str(QUICKSTART),
+        "--state-root",
+        str(state_root),
+        "--input",
+        "What is 19 plus 23? Ask the researcher for a fun fact too.",
         check=True,
     )
     answer = proc.stdout.strip()
@@ -22,5 +26,7 @@ def test_one_shot_run_answers_with_a_tool_call_and_a_delegation(state_root):
     # ... and the fact from the researcher's own process and its numbers__describe tool.
     assert "42 is not a prime, is written 101010 in binary" in answer
     # The conversations are on disk, one per agent.
-    convos = sorted(p.parent.name for p in state_root.glob("swarms/default/instances/*/*/base.jsonl"))
+    convos = sorted(
+        p.parent.name for p in state_root.glob("swarms/default/instances/*/*/base.jsonl")
+    )
     assert convos == ["assistant", "researcher"]

@@ -25,7 +25,9 @@ def test_fold_rewrites_base_and_clears_events(tmp_path):
     convo.append(Message(id="2", role="user", content="b"))
     convo.fold()
     assert (tmp_path / "events.jsonl").read_bytes() == b""
-    assert [json.loads(line)["id"] for line in (tmp_path / "base.jsonl").read_text().splitlines()] == ["1", "2"]
+    assert [
+        json.loads(line)["id"] for line in (tmp_path / "base.jsonl").read_text().splitlines()
+    ] == ["1", "2"]
 
 
 def test_a_torn_last_event_is_ignored(tmp_path):
@@ -43,7 +45,9 @@ def test_unanswered_tool_calls_get_an_interrupted_result(tmp_path):
     convo.append(Message(id="1", role="user", content="go"))
     calls = (ToolCall("c1", "slow__run", "{}"), ToolCall("c2", "fast__run", "{}"))
     convo.append(Message(id="2", role="assistant", tool_calls=calls))
-    convo.append(Message(id="3", role="tool", tool_call_id="c2", content='{"status":"ok","output":1}'))
+    convo.append(
+        Message(id="3", role="tool", tool_call_id="c2", content='{"status":"ok","output":1}')
+    )
     loaded = Conversation(tmp_path).load()
     assert [m.role for m in loaded] == ["user", "assistant", "tool", "tool"]
     assert [m.tool_call_id for m in loaded[2:]] == ["c1", "c2"]  # in the order of the calls

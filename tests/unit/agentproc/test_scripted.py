@@ -11,7 +11,10 @@ RULES = {
         {
             "when": r"(\d+) plus (\d+)",
             "steps": [
-                {"call": "calc__add", "args": {"a": "{{match.1 | number}}", "b": "{{match.2 | int}}"}},
+                {
+                    "call": "calc__add",
+                    "args": {"a": "{{match.1 | number}}", "b": "{{match.2 | int}}"},
+                },
                 {"reply": "sum={{result.sum}} first={{results.0.sum}} in={{input}}"},
             ],
         }
@@ -39,7 +42,9 @@ async def test_next_step_reads_the_tool_result():
     history = [
         user("2 plus 40"),
         Message(id="a", role="assistant", tool_calls=(ToolCall("c1", "calc__add", "{}"),)),
-        Message(id="t", role="tool", tool_call_id="c1", content='{"status":"ok","output":{"sum":42}}'),
+        Message(
+            id="t", role="tool", tool_call_id="c1", content='{"status":"ok","output":{"sum":42}}'
+        ),
     ]
     reply = await provider().complete(ModelRequest(history, []))
     assert reply.tool_calls == ()

@@ -37,8 +37,15 @@ def entry(name: str, handler, limit: int = 1000) -> ToolEntry:
 
 def context(call: ToolCall) -> ToolContext:
     return ToolContext(
-        agent_name="a", instance_key="k", turn_id="t", trace_id="tr", tool_call_id=call.id,
-        message=None, workdir=Path("/tmp"), logger=structlog.get_logger(), runtime=None,
+        agent_name="a",
+        instance_key="k",
+        turn_id="t",
+        trace_id="tr",
+        tool_call_id=call.id,
+        message=None,
+        workdir=Path("/tmp"),
+        logger=structlog.get_logger(),
+        runtime=None,
     )
 
 
@@ -51,7 +58,9 @@ async def test_sync_and_async_handlers_return_output():
     async def double(ctx, args):
         return {"y": args["x"] * 2}
 
-    registry = ToolRegistry([entry("m__sync", lambda ctx, a: a["x"] + 1), entry("m__async", double)])
+    registry = ToolRegistry(
+        [entry("m__sync", lambda ctx, a: a["x"] + 1), entry("m__async", double)]
+    )
     assert (await run(registry, "m__sync", {"x": 1})).output == 2
     assert (await run(registry, "m__async", {"x": 4})).output == {"y": 8}
 
@@ -102,7 +111,11 @@ async def test_handler_exception_becomes_structured_error():
     registry = ToolRegistry([entry("m__a", boom)])
     result = await run(registry, "m__a", {"x": 1})
     assert result.status == "error"
-    assert (result.error.code, result.error.name, result.error.message) == ("E_NOPE", "ToolError", "no such file")
+    assert (result.error.code, result.error.name, result.error.message) == (
+        "E_NOPE",
+        "ToolError",
+        "no such file",
+    )
     assert result.error.suggestion == "create it"
 
 
@@ -125,7 +138,13 @@ async def test_output_that_is_not_json_is_an_error():
 
 @pytest.mark.parametrize(
     "length, limit, expected_length, suffix",
-    [(1000, 1000, 1000, False), (1001, 1000, 1000, True), (50, 10, 10, False), (20, 15, 15, False), (20, 16, 16, True)],
+    [
+        (1000, 1000, 1000, False),
+        (1001, 1000, 1000, True),
+        (50, 10, 10, False),
+        (20, 15, 15, False),
+        (20, 16, 16, True),
+    ],
 )
 def test_truncation_boundaries(length, limit, expected_length, suffix):
     out = truncate_error_message("y" * length, limit)

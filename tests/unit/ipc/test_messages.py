@@ -21,7 +21,10 @@ def test_envelope_round_trip_keeps_header_and_payload():
 
 def test_wire_field_names_are_camel_case():
     frame = wire.encode(
-        wire.DELEGATE_RESULT, "b", "a", wire.DelegateResult("ok", "b", "x", instance_key="k"),
+        wire.DELEGATE_RESULT,
+        "b",
+        "a",
+        wire.DelegateResult("ok", "b", "x", instance_key="k"),
         correlation_id="1",
     )
     raw = msgspec.msgpack.decode(frame)
@@ -29,14 +32,18 @@ def test_wire_field_names_are_camel_case():
 
 
 def test_routing_view_reads_only_what_the_broker_needs():
-    payload = wire.Delegate("x", "k", wire.Source("cli", "send"), call_chain=("a", "b"), timeout_ms=9)
+    payload = wire.Delegate(
+        "x", "k", wire.Source("cli", "send"), call_chain=("a", "b"), timeout_ms=9
+    )
     env = wire.decode(wire.encode(wire.DELEGATE, "b", "c", payload))
     routing = wire.decode_payload(env, wire.DelegateRouting)
     assert routing.call_chain == ("a", "b")
     assert routing.timeout_ms == 9
 
 
-@pytest.mark.parametrize("frame", [b"", b"\xc1", b"not msgpack at all", msgspec.msgpack.encode([1, 2])])
+@pytest.mark.parametrize(
+    "frame", [b"", b"\xc1", b"not msgpack at all", msgspec.msgpack.encode([1, 2])]
+)
 def test_malformed_frames_raise_one_error_type(frame):
     with pytest.raises(wire.MalformedFrame):
         wire.decode(frame)

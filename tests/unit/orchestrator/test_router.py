@@ -38,13 +38,19 @@ def setup():
 
 
 def delegate(to: str, *, chain=(), timeout_ms=None, cid="c1", sender="a") -> wire.Envelope:
-    payload = wire.Delegate("hi", "k", wire.Source("agent", sender), call_chain=chain, timeout_ms=timeout_ms)
+    payload = wire.Delegate(
+        "hi", "k", wire.Source("agent", sender), call_chain=chain, timeout_ms=timeout_ms
+    )
     return wire.decode(wire.encode(wire.DELEGATE, sender, to, payload, correlation_id=cid))
 
 
 def reply_to(env: wire.Envelope, text: str) -> wire.Envelope:
     result = wire.DelegateResult("ok", env.to, text)
-    return wire.decode(wire.encode(wire.DELEGATE_RESULT, env.to, env.from_, result, correlation_id=env.correlation_id))
+    return wire.decode(
+        wire.encode(
+            wire.DELEGATE_RESULT, env.to, env.from_, result, correlation_id=env.correlation_id
+        )
+    )
 
 
 async def test_delegate_to_a_stopped_agent_starts_it_and_waits(setup):
