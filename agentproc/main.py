@@ -31,7 +31,7 @@ class StartError(Exception):
     """A reason this agent cannot start that the user can fix; reported to the orchestrator."""
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Children die with the orchestrator, even when it is SIGKILLed (no orphans)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -122,7 +122,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    _die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid)
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()

@@ -23,7 +23,7 @@ from goondan.paths import StatePaths
 from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
-from orchestrator.launcher import Launcher, LaunchSpec, SubprocessLauncher
+from orchestrator.launcher import Launcher, LauncherKind, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
 from orchestrator.router import Requester, Router
 from orchestrator.supervisor import Supervisor
@@ -47,7 +47,7 @@ class Daemon:
         bundle: Bundle,
         swarm_name: str | None,
         paths: StatePaths,
-        launcher: Launcher | None = None,
+        launcher: LauncherKind = "zygote",
     ) -> None:
         self.bundle = bundle
         self.swarm = bundle.select_swarm(swarm_name)
@@ -55,7 +55,7 @@ class Daemon:
         self.agent_names = list(bundle.swarm_agents(self.swarm))
         self.entry_agent = bundle.entry_agent(self.swarm)
         self.grace_s = float(self.swarm.spec.policy.shutdown.grace_period_seconds)
-        self._launcher = launcher
+        self._launcher_kind = launcher
         self._stop = asyncio.Event()
         self._local_ids = itertools.count(1)
         self._local_waiters: dict[str, asyncio.Future[wire.DelegateResult]] = {}
@@ -82,17 +82,19 @@ class Daemon:
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.agents = Channel(bind_router(self._zmq, agents_endpoint), self._on_agent_frames)
         self.control = Channel(bind_router(self._zmq, control_endpoint), self._on_control_frames)
-        launcher = self._launcher or SubprocessLauncher(
-            LaunchSpec(self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root)
+        self.launcher: Launcher = make_launcher(
+            self._launcher_kind,
+            LaunchSpec(self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root),
         )
         self.supervisor = Supervisor(
-            self.agent_names, launcher, on_ready=self._agent_ready, on_exit=self._agent_exited
+            self.agent_names, self.launcher, on_ready=self._agent_ready, on_exit=self._agent_exited
         )
         self.router = Router(
             set(self.agent_names), self.entry_agent, self, self.supervisor.ensure_running
         )
         self.agents.start()
         self.control.start()
+        self._prepare = asyncio.ensure_future(self.launcher.start())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -140,6 +142,7 @@ class Daemon:
             )
 
         await self.supervisor.stop_all(send_shutdown, self.grace_s)
+        await self.launcher.aclose()
         self.router.fail_all("E_SHUTTING_DOWN", "the orchestrator is shutting down")
         await asyncio.sleep(0.05)  # let the control channel flush the last answers
         self.agents.close()

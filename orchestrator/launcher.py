@@ -1,20 +1,29 @@
-"""How an agent process is started. The supervisor only sees `Launcher.launch`.
+"""How agent processes are started. The supervisor only sees `Launcher.launch` and the
+`ChildProcess` it returns; `make_launcher` is the one place that picks a variant.
 
-`SubprocessLauncher` starts a fresh interpreter (`python -m agentproc`): slower (~120 ms of
-imports) but simple and easy to debug. A preloaded template process that forks agents is the
-planned fast variant behind the same interface.
+- `ZygoteLauncher` (default): a template process (`python -m agentproc.zygote`) has imported
+  the agent runtime once and forks each agent from it: ready in milliseconds, and idle agents
+  share the runtime's memory pages.
+- `SubprocessLauncher`: a fresh interpreter per agent (`python -m agentproc`). Slower (~120 ms
+  of imports) but the simplest thing to debug.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
+import structlog
+
+LauncherKind = Literal["zygote", "subprocess"]
 
 
 class LaunchSpec(msgspec.Struct, frozen=True):
@@ -25,33 +34,185 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     endpoint: str
     state_root: Path
 
+    def argv(self, agent: str, parent_pid: int) -> list[str]:
+        return [
+            "--agent", agent,
+            "--bundle", str(self.bundle),
+            "--swarm", self.swarm,
+            "--endpoint", self.endpoint,
+            "--state-root", str(self.state_root),
+            "--parent-pid", str(parent_pid),
+        ]  # fmt: skip
+
+
+class ChildProcess(Protocol):
+    pid: int
+
+    async def wait(self) -> int:
+        """The exit code; negative for a signal (as `Popen.returncode`)."""
+        ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
 
 class Launcher(Protocol):
-    async def launch(self, agent: str) -> asyncio.subprocess.Process: ...
+    async def start(self) -> None:
+        """Get ready to launch (called at daemon start-up, off the critical path)."""
+        ...
+
+    async def launch(self, agent: str) -> ChildProcess: ...
+
+    async def aclose(self) -> None: ...
+
+
+def make_launcher(kind: LauncherKind, spec: LaunchSpec) -> Launcher:
+    if kind == "subprocess":
+        return SubprocessLauncher(spec)
+    return ZygoteLauncher(spec)
 
 
 class SubprocessLauncher:
     def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
 
-    async def launch(self, agent: str) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
+    async def start(self) -> None:
+        return None
+
+    async def launch(self, agent: str) -> ChildProcess:
+        process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "agentproc",
-            "--agent",
-            agent,
-            "--bundle",
-            str(self.spec.bundle),
-            "--swarm",
-            self.spec.swarm,
-            "--endpoint",
-            self.spec.endpoint,
-            "--state-root",
-            str(self.spec.state_root),
-            "--parent-pid",
-            str(os.getpid()),
+            *self.spec.argv(agent, os.getpid()),
             stdin=subprocess.DEVNULL,
             stdout=sys.stderr.fileno(),  # stdout of the daemon is for answers only
             stderr=None,
         )
+        return process  # asyncio's Process already has pid / wait / terminate / kill
+
+    async def aclose(self) -> None:
+        return None
+
+
+class ZygoteChild:
+    """An agent forked by the template; its exit code arrives through the template."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self.exit)
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        if not self.exit.done():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class ZygoteLauncher:
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec = spec
+        self._process: asyncio.subprocess.Process | None = None
+        self._starting: asyncio.Future[None] | None = None
+        self._ids = itertools.count(1)
+        self._launches: dict[int, asyncio.Future[ZygoteChild]] = {}
+        self._children: dict[int, ZygoteChild] = {}
+        self._log = structlog.get_logger().bind(component="zygote")
+
+    async def start(self) -> None:
+        """Start the template (idempotent; concurrent callers share one start)."""
+        if self._process is not None and self._process.returncode is None:
+            return
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        try:
+            await asyncio.shield(self._starting)
+        finally:
+            self._starting = None
+
+    async def _start(self) -> None:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agentproc.zygote",
+            str(os.getpid()),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None,
+        )
+        assert process.stdout is not None
+        first = await process.stdout.readline()
+        if not first:
+            raise OSError("the agent template process exited during start-up")
+        self._process = process
+        asyncio.get_running_loop().create_task(self._read(process))
+        self._log.debug("template process ready", pid=process.pid)
+
+    async def launch(self, agent: str) -> ChildProcess:
+        await self.start()
+        process = self._process
+        assert process is not None and process.stdin is not None
+        request_id = next(self._ids)
+        future: asyncio.Future[ZygoteChild] = asyncio.get_running_loop().create_future()
+        self._launches[request_id] = future
+        line = {"id": request_id, "argv": self.spec.argv(agent, process.pid)}
+        process.stdin.write((json.dumps(line) + "\n").encode())
+        try:
+            return await future
+        finally:
+            self._launches.pop(request_id, None)
+
+    async def aclose(self) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            return
+        process.stdin.close()  # EOF: the template exits
+        try:
+            await asyncio.wait_for(process.wait(), 5)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+    async def _read(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        while line := await process.stdout.readline():
+            self._on_message(json.loads(line))
+        # The template is gone; its children die with it (parent-death signal).
+        await process.wait()
+        if self._process is process:
+            self._process = None
+        self._log.warning("template process exited", code=process.returncode)
+        for child in self._children.values():
+            if not child.exit.done():
+                child.exit.set_result(-signal.SIGKILL)
+        self._children.clear()
+        for future in self._launches.values():
+            if not future.done():
+                future.set_exception(OSError("the agent template process exited"))
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        if "exit" in message:
+            child = self._children.pop(message["exit"], None)
+            if child is not None and not child.exit.done():
+                child.exit.set_result(int(message["code"]))
+            return
+        future = self._launches.get(message.get("id", -1))
+        if future is None or future.done():
+            return
+        if "pid" in message:
+            # Registered here, before anyone awaits it, so an early exit is never missed.
+            child = self._children[message["pid"]] = ZygoteChild(message["pid"])
+            future.set_result(child)
+        else:
+            future.set_exception(OSError(message.get("error", "fork failed")))

@@ -17,7 +17,7 @@ from typing import Literal
 import msgspec
 import structlog
 
-from orchestrator.launcher import Launcher
+from orchestrator.launcher import ChildProcess, Launcher
 
 Status = Literal[
     "spawning", "idle", "processing", "draining", "terminated", "crashed", "crashLoopBackOff"
@@ -51,7 +51,7 @@ class Slot:
     def __init__(self, name: str) -> None:
         self.name = name
         self.status: Status = "terminated"
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: ChildProcess | None = None
         self.restarts = 0
         self.consecutive_crashes = 0
         self.ready = False

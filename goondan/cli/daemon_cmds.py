@@ -55,9 +55,7 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
     if args.json or not sys.stdout.isatty():
         print(json.dumps(status, indent=2 if args.json and sys.stdout.isatty() else None))
         return 0
-    started = datetime.fromtimestamp(status["startedAt"], tz=UTC).isoformat(
-        timespec="seconds"
-    )
+    started = datetime.fromtimestamp(status["startedAt"], tz=UTC).isoformat(timespec="seconds")
     print(f"orchestrator  pid {status['pid']}  swarm {status['swarm']}  since {started}")
     print(f"bundle        {status['bundle']}")
     print()

@@ -57,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --input: first print every agent's messages, tool calls and results",
     )
     p.add_argument(
+        "--spawn",
+        choices=("zygote", "subprocess"),
+        default="zygote",
+        help="how agent processes start: forked from a preloaded template process (fast, "
+        "the default) or as fresh interpreters (simplest to debug)",
+    )
+    p.add_argument(
         "--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)"
     )
 

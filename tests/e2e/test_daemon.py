@@ -4,6 +4,7 @@ import os
 import signal
 import time
 
+import pytest
 import zmq
 
 from tests.e2e.conftest import goondan, pid_alive, wait_for, write_bundle
@@ -58,8 +59,11 @@ def test_unknown_agent_is_a_clear_error(start_daemon):
     assert "AGENT_NOT_FOUND" in proc.stderr and "assistant, researcher" in proc.stderr
 
 
-def test_killed_agent_is_respawned_and_answers(start_daemon):
-    daemon = start_daemon()
+@pytest.mark.parametrize("spawn", ["zygote", "subprocess"])
+def test_killed_agent_is_respawned_and_answers(start_daemon, spawn):
+    from tests.e2e.conftest import QUICKSTART
+
+    daemon = start_daemon(QUICKSTART, "--spawn", spawn)
     assert daemon.send("What is 4 plus 4?").returncode == 0
     old = daemon.process("researcher")
     os.kill(old["pid"], signal.SIGKILL)
