@@ -14,7 +14,7 @@ import zmq
 from agentproc.conversation import Conversation
 from agentproc.instances import InstanceQueues
 from agentproc.peers import PeerClient, TurnRuntime
-from agentproc.turn import AgentDefinition, TurnInput, run_turn
+from agentproc.turn import AgentDefinition, TurnInput, find_request, run_turn
 from goondan.paths import StatePaths
 from ipc import messages as wire
 from ipc.channel import Channel
@@ -94,7 +94,7 @@ class AgentProcess:
                 d.source,
                 d.call_chain,
                 env.trace_id or secrets.token_hex(16),
-                d.request_id,
+                env.correlation_id or "",
                 env.correlation_id,
                 env.from_,
             )
@@ -115,6 +115,12 @@ class AgentProcess:
 
     async def _run_job(self, key: str, job: Job) -> None:
         conversation = self._conversation(key)
+        replay = find_request(conversation.messages, job.request_id)
+        if replay is not None and replay.answer is not None:
+            # Answered before the crash or restart, but the answer never arrived: resend it.
+            self.log.info("replayed request already answered", requestId=job.request_id)
+            self._reply(job, wire.DelegateResult("ok", self.name, replay.answer, instance_key=key))
+            return
         runtime = TurnRuntime(
             self.peers,
             instance_key=key,
@@ -132,6 +138,7 @@ class AgentProcess:
                 turn_input,
                 runtime,
                 self.paths.workdir(self.swarm, key),
+                resume=replay is not None,
             )
             if outcome.error_code is None:
                 result = wire.DelegateResult("ok", self.name, outcome.text, instance_key=key)
@@ -142,19 +149,23 @@ class AgentProcess:
             self.log.exception("turn failed", instanceKey=key)
             error = wire.ErrorInfo("E_TURN_FAILED", f"{type(exc).__name__}: {exc}")
             result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
-        if job.correlation_id is not None:
-            self._send(
-                wire.encode(
-                    wire.DELEGATE_RESULT,
-                    self.name,
-                    job.reply_to,
-                    result,
-                    correlation_id=job.correlation_id,
-                    trace_id=job.trace_id,
-                )
-            )
+        self._reply(job, result)
         # The events are already on disk; the fsync'd fold can follow the reply.
         conversation.fold()
+
+    def _reply(self, job: Job, result: wire.DelegateResult) -> None:
+        if job.correlation_id is None:
+            return  # an event: nobody waits for an answer
+        self._send(
+            wire.encode(
+                wire.DELEGATE_RESULT,
+                self.name,
+                job.reply_to,
+                result,
+                correlation_id=job.correlation_id,
+                trace_id=job.trace_id,
+            )
+        )
 
     # -- life cycle --------------------------------------------------------------------------
 

@@ -42,6 +42,28 @@ class TurnInput(msgspec.Struct, frozen=True):
     request_id: str = ""
 
 
+class Replay(msgspec.Struct, frozen=True):
+    """A request seen before: its turn's final answer, or None if the turn never finished."""
+
+    answer: str | None
+
+
+def find_request(messages: list[Message], request_id: str) -> Replay | None:
+    """Whether this conversation already holds the turn of `request_id` (a redelivery)."""
+    if not request_id:
+        return None
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "user" and message.metadata.get("requestId") == request_id:
+            rest = messages[index + 1 :]
+            turn = rest[: next((i for i, m in enumerate(rest) if m.role == "user"), len(rest))]
+            last = turn[-1] if turn else None
+            if last is not None and last.role == "assistant" and not last.tool_calls:
+                return Replay(last.content or "")
+            return Replay(None)
+    return None
+
+
 class TurnOutcome(msgspec.Struct, frozen=True):
     text: str
     finish_reason: FinishReason
@@ -56,7 +78,11 @@ async def run_turn(
     turn_input: TurnInput,
     runtime: AgentRuntime,
     workdir: Path,
+    *,
+    resume: bool = False,
 ) -> TurnOutcome:
+    """Run one turn. With `resume`, the input is already in the conversation (a redelivered
+    request whose turn was cut short): continue from where it stopped."""
     turn_id = secrets.token_hex(6)
     log = structlog.get_logger().bind(
         agent=agent.name, instanceKey=turn_input.instance_key, traceId=turn_input.trace_id
@@ -69,19 +95,20 @@ async def run_turn(
         seq += 1
         return f"{turn_id}-{seq}"
 
-    conversation.append(
-        Message(
-            id=next_id(),
-            role="user",
-            content=turn_input.input,
-            metadata={
-                "source": turn_input.source,
-                "requestId": turn_input.request_id,
-                "traceId": turn_input.trace_id,
-                "receivedAt": time.time(),
-            },
+    if not resume:
+        conversation.append(
+            Message(
+                id=next_id(),
+                role="user",
+                content=turn_input.input,
+                metadata={
+                    "source": turn_input.source,
+                    "requestId": turn_input.request_id,
+                    "traceId": turn_input.trace_id,
+                    "receivedAt": time.time(),
+                },
+            )
         )
-    )
     system = [Message(id="system", role="system", content=agent.system_prompt)]
     prefix = system if agent.system_prompt else []
     catalog = agent.registry.definitions()

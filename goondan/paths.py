@@ -51,6 +51,10 @@ class StatePaths(msgspec.Struct, frozen=True):
         return self.run_dir / "orchestrator.lock"
 
     @property
+    def journal_file(self) -> Path:
+        return self.run_dir / "journal.jsonl"
+
+    @property
     def info_file(self) -> Path:
         return self.run_dir / "orchestrator.json"
 

@@ -56,13 +56,15 @@ class Ready(msgspec.Struct, frozen=True, rename="camel"):
 
 
 class Delegate(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
-    """A request for one turn of the target agent. `request_id` stays the same across a
-    redelivery, so an agent that sees it twice can tell a replay from a new request."""
+    """A request for one turn of the target agent.
+
+    The orchestrator forwards it under its own `correlationId`, which stays the same when it
+    delivers the request again (after a crash, or from the journal after a restart): the agent
+    uses it as the request id to tell a replay from a new request."""
 
     input: str
     instance_key: str
     source: Source
-    request_id: str = ""
     call_chain: tuple[str, ...] = ()  # agent names the request passed through, oldest first
     timeout_ms: int | None = None
     metadata: dict[str, Any] = {}

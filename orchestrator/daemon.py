@@ -23,10 +23,11 @@ from goondan.paths import StatePaths
 from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
+from orchestrator.journal import Journal
 from orchestrator.launcher import Launcher, LauncherKind, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
-from orchestrator.router import Requester, Router
-from orchestrator.supervisor import Supervisor
+from orchestrator.router import Pending, Requester, Router
+from orchestrator.supervisor import HANG_TIMEOUT_S, Supervisor
 
 DEFAULT_INPUT_TIMEOUT_MS = 600_000  # a CLI input may run a long turn
 
@@ -48,6 +49,7 @@ class Daemon:
         swarm_name: str | None,
         paths: StatePaths,
         launcher: LauncherKind = "zygote",
+        hang_timeout_s: float = HANG_TIMEOUT_S,
     ) -> None:
         self.bundle = bundle
         self.swarm = bundle.select_swarm(swarm_name)
@@ -56,12 +58,14 @@ class Daemon:
         self.entry_agent = bundle.entry_agent(self.swarm)
         self.grace_s = float(self.swarm.spec.policy.shutdown.grace_period_seconds)
         self._launcher_kind = launcher
+        self._hang_timeout_s = hang_timeout_s
         self._stop = asyncio.Event()
         self._local_ids = itertools.count(1)
         self._local_waiters: dict[str, asyncio.Future[wire.DelegateResult]] = {}
         self._log = structlog.get_logger().bind(swarm=self.swarm.name)
         self.started_at = time.time()
         self.input_trace_id: str | None = None  # of `run --input`, for its transcript
+        self._stopping = False
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -87,20 +91,31 @@ class Daemon:
             LaunchSpec(self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root),
         )
         self.supervisor = Supervisor(
-            self.agent_names, self.launcher, on_ready=self._agent_ready, on_exit=self._agent_exited
+            self.agent_names,
+            self.launcher,
+            on_ready=self._agent_ready,
+            on_exit=self._agent_exited,
+            hang_timeout_s=self._hang_timeout_s,
         )
         self.router = Router(
-            set(self.agent_names), self.entry_agent, self, self.supervisor.ensure_running
+            set(self.agent_names),
+            self.entry_agent,
+            self,
+            self.supervisor.ensure_running,
+            on_settled=self._settled,
         )
+        self.journal = Journal(self.paths.journal_file)
         self.agents.start()
         self.control.start()
         self._prepare = asyncio.ensure_future(self.launcher.start())
+        self.supervisor.start_watchdog()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
         info = OrchestratorInfo(
             os.getpid(), self.swarm.name, str(self.bundle.root), self.started_at, control_endpoint
         )
+        self._redeliver_journal()
         self.paths.info_file.write_bytes(msgspec.json.encode(info))
         self._log.info(
             "orchestrator started",
@@ -109,6 +124,26 @@ class Daemon:
             entryAgent=self.entry_agent,
             stateRoot=str(self.paths.root),
         )
+
+    def _redeliver_journal(self) -> None:
+        """Inputs accepted by an earlier run that never got their answer: deliver them again."""
+        entries = self.journal.recover()
+        if entries:
+            self._log.warning("delivering unanswered inputs from the journal", count=len(entries))
+        replay = Requester("replay", b"journal", None)
+        for entry in entries:
+            try:
+                env = wire.decode(entry.frame)
+            except wire.MalformedFrame:
+                self.journal.done(entry.id)
+                continue
+            if self.router.delegate(replay, env, request_id=entry.id) is None:
+                self.journal.done(entry.id)  # answered at once (e.g. the agent is gone)
+
+    def _settled(self, pending: Pending) -> None:
+        # At shutdown, unanswered inputs stay in the journal for the next run.
+        if pending.requester.channel in ("control", "replay") and not self._stopping:
+            self.journal.done(pending.oid)
 
     async def _main_loop(self, one_input: str | None) -> wire.DelegateResult | None:
         if one_input is None:
@@ -143,7 +178,13 @@ class Daemon:
 
         await self.supervisor.stop_all(send_shutdown, self.grace_s)
         await self.launcher.aclose()
-        self.router.fail_all("E_SHUTTING_DOWN", "the orchestrator is shutting down")
+        self._stopping = True
+        self.router.fail_all(
+            "E_SHUTTING_DOWN",
+            "the orchestrator stopped before answering; the input is kept in its journal "
+            "and will be delivered when it starts again",
+        )
+        self.journal.close()
         await asyncio.sleep(0.05)  # let the control channel flush the last answers
         self.agents.close()
         self.control.close()
@@ -188,6 +229,9 @@ class Daemon:
         return True
 
     def to_requester(self, requester: Requester, frame: bytes) -> None:
+        if requester.channel == "replay":
+            self._log.info("journaled input answered", agent=wire.decode(frame).from_)
+            return
         if requester.channel == "local":
             future = self._local_waiters.get(requester.correlation_id or "")
             if future is not None and not future.done():
@@ -276,7 +320,11 @@ class Daemon:
         try:
             env = wire.decode(frame)
             if env.type == wire.DELEGATE:
-                self.router.delegate(Requester("control", identity, env.correlation_id), env)
+                requester = Requester("control", identity, env.correlation_id)
+                request_id = self.router.delegate(requester, env)
+                if request_id is not None:
+                    # Durable before it can be answered: a crash now loses nothing.
+                    self.journal.accept(request_id, frame)
             elif env.type == wire.CONTROL:
                 command = wire.decode_payload(env, wire.Control)
                 reply = self._control(command)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 from collections import deque
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -23,7 +24,7 @@ import structlog
 
 from ipc import messages as wire
 
-Channel = Literal["agent", "control", "local"]
+Channel = Literal["agent", "control", "local", "replay"]
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_DELIVERIES = 2  # the first delivery and one redelivery after a crash
 
@@ -74,11 +75,16 @@ class Router:
         entry_agent: str,
         outbox: Outbox,
         start_agent: Callable[[str], None],
+        on_settled: Callable[[Pending], None] | None = None,
     ) -> None:
+        """`on_settled(pending)` is told when a request got its one answer (the journal)."""
         self.agents = agents
         self.entry_agent = entry_agent
         self._outbox = outbox
         self._start_agent = start_agent
+        self._on_settled = on_settled
+        # Ids are unique across restarts (the journal replays requests under their old id).
+        self._boot = secrets.token_hex(3)
         self._ids = itertools.count(1)
         self.pending: dict[str, Pending] = {}
         self._by_target: dict[str, dict[str, None]] = {name: {} for name in agents}
@@ -91,14 +97,19 @@ class Router:
 
     # -- requests ----------------------------------------------------------------------------
 
-    def delegate(self, requester: Requester, env: wire.Envelope) -> None:
-        """Route a `delegate` from an agent, the CLI or the daemon itself."""
+    def delegate(
+        self, requester: Requester, env: wire.Envelope, request_id: str | None = None
+    ) -> str | None:
+        """Route a `delegate` from an agent, the CLI or the daemon itself.
+
+        Returns the request id it is forwarded under (`request_id` to reuse an old one), or
+        None when it was answered at once with an error."""
         target = env.to or self.entry_agent
         try:
             routing = wire.decode_payload(env, wire.DelegateRouting)
         except wire.MalformedFrame as exc:
             self._answer_error(requester, target, "IPC_DELIVERY_FAILED", str(exc), env.trace_id)
-            return
+            return None
         if target not in self.agents:
             known = ", ".join(sorted(self.agents))
             self._answer_error(
@@ -108,7 +119,7 @@ class Router:
                 f"Agent '{target}' is not in this swarm (agents: {known})",
                 env.trace_id,
             )
-            return
+            return None
         if target in routing.call_chain:
             chain = " -> ".join((*routing.call_chain, target))
             self._answer_error(
@@ -118,8 +129,8 @@ class Router:
                 f"Circular call detected: {chain}",
                 env.trace_id,
             )
-            return
-        oid = str(next(self._ids))
+            return None
+        oid = request_id or f"{self._boot}-{next(self._ids)}"
         forwarded = msgspec.structs.replace(env, to=target, correlation_id=oid)
         pending = Pending(oid, requester, target, wire.encode_envelope(forwarded), env.trace_id)
         timeout_ms = routing.timeout_ms or DEFAULT_TIMEOUT_MS
@@ -130,6 +141,7 @@ class Router:
         self._by_target[target][oid] = None
         pending.deliveries = 1
         self._deliver(target, pending.frame, pending)
+        return oid
 
     def result(self, env: wire.Envelope) -> None:
         """A `delegate_result` from the agent that handled request `correlationId`."""
@@ -220,6 +232,8 @@ class Router:
         self._by_target[pending.target].pop(oid, None)
         if pending.timer is not None:
             pending.timer.cancel()
+        if self._on_settled is not None:
+            self._on_settled(pending)
         return pending
 
     def _expire(self, oid: str, timeout_ms: int) -> None:

@@ -25,6 +25,7 @@ Status = Literal[
 CRASH_THRESHOLD = 5
 BACKOFF_INITIAL_S = 1.0
 BACKOFF_MAX_S = 300.0
+HANG_TIMEOUT_S = 15.0  # no heartbeat for this long (agents beat every second): kill, respawn
 
 
 def crash_backoff(consecutive_crashes: int) -> float:
@@ -71,14 +72,38 @@ class Supervisor:
         *,
         on_ready: Callable[[str], None],
         on_exit: Callable[[str, bool, str | None], None],
+        hang_timeout_s: float = HANG_TIMEOUT_S,
     ) -> None:
         """`on_exit(name, crashed, start_error)` lets the router redeliver or fail requests."""
         self.slots = {name: Slot(name) for name in agents}
+        self.hang_timeout_s = hang_timeout_s
+        self._watchdog: asyncio.Task[None] | None = None
         self._launcher = launcher
         self._on_ready = on_ready
         self._on_exit = on_exit
         self._closing = False
         self._log = structlog.get_logger().bind(component="supervisor")
+
+    def start_watchdog(self) -> None:
+        self._watchdog = asyncio.get_running_loop().create_task(self._watch_heartbeats())
+
+    async def _watch_heartbeats(self) -> None:
+        """Exits are noticed at once; this catches the process that is alive but hung."""
+        interval = min(1.0, self.hang_timeout_s / 3)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            for slot in self.slots.values():
+                silent = now - slot.last_seen
+                if slot.ready and slot.process is not None and silent > self.hang_timeout_s:
+                    self._log.warning(
+                        "agent hung (no heartbeat); killing it",
+                        agent=slot.name,
+                        pid=slot.process.pid,
+                        silentSeconds=round(silent, 1),
+                    )
+                    slot.ready = False  # once: the exit handler takes it from here
+                    slot.process.kill()
 
     def ensure_running(self, name: str) -> None:
         slot = self.slots[name]
@@ -184,6 +209,8 @@ class Supervisor:
     async def stop_all(self, send_shutdown: Callable[[str], bool], grace_s: float) -> None:
         """Drain every agent: `shutdown`, wait for exit, SIGKILL after the grace period."""
         self._closing = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for slot in self.slots.values():
             if slot.respawn_timer is not None:
                 slot.respawn_timer.cancel()

@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the default) or as fresh interpreters (simplest to debug)",
     )
     p.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="kill and respawn an agent whose event loop sent no heartbeat for this long "
+        "(default: 15)",
+    )
+    p.add_argument(
         "--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)"
     )
 

@@ -23,7 +23,13 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     try:
         bundle = load_bundle(args.path)
-        daemon = Daemon(bundle, args.swarm, StatePaths.at(args.state_root), launcher=args.spawn)
+        daemon = Daemon(
+            bundle,
+            args.swarm,
+            StatePaths.at(args.state_root),
+            launcher=args.spawn,
+            hang_timeout_s=args.hang_timeout,
+        )
     except BundleInvalid as exc:
         for error in exc.errors:
             print(error.render(), file=sys.stderr)

@@ -55,7 +55,7 @@ spec:
         steps:
           - call: slow__run
             args: {}
-          - reply: "done after {{result.attempt}} attempt(s)"
+          - reply: "attempt {{result.attempt}}{{result.code}}"
 ---
 apiVersion: goondan.ai/v1
 kind: Tool
@@ -138,7 +138,7 @@ def test_successful_request_across_processes(start_daemon, bundle):
     daemon = start_daemon(bundle)
     proc = daemon.send("ask sleeper with 20000ms")
     output = json.loads(proc.stdout)
-    assert output["target"] == "sleeper" and output["response"] == "done after 1 attempt(s)"
+    assert output["target"] == "sleeper" and output["response"] == "attempt 1"
     assert output["instanceKey"] == "cli" and output["correlationId"]
 
 
@@ -173,6 +173,9 @@ def test_busy_agent_killed_mid_request_is_redelivered_once(start_daemon, bundle,
     os.kill(daemon.process("sleeper")["pid"], signal.SIGKILL)
     out, err = pending.communicate(timeout=30)
     assert pending.returncode == 0, err + daemon.logs()
-    # The orchestrator respawned the sleeper and delivered the same request again.
-    assert json.loads(out)["response"] == "done after 2 attempt(s)"
+    # The orchestrator respawned the sleeper and delivered the same request again; the
+    # sleeper recognised it and resumed the turn: the interrupted call got an error result
+    # (the tool did not run twice) and the model went on from there.
+    assert json.loads(out)["response"] == "attempt E_TOOL_INTERRUPTED"
+    assert (workdir / "attempts").read_text() == "1"
     assert daemon.process("sleeper")["restarts"] == 1

@@ -123,7 +123,7 @@ async def test_requests_queued_before_ready_keep_their_order(setup):
         router.delegate(Requester("control", b"cli", str(i)), delegate("b", cid=str(i)))
     outbox.running.add("b")
     router.agent_ready("b")
-    sent_ids = [int(env.correlation_id) for _, env in outbox.to_agents]
+    sent_ids = [int(env.correlation_id.rsplit("-", 1)[1]) for _, env in outbox.to_agents]
     assert sent_ids == sorted(sent_ids) and len(sent_ids) == 5
 
 
@@ -139,3 +139,23 @@ async def test_empty_target_goes_to_the_entry_agent(setup):
     router, outbox, started = setup
     router.delegate(Requester("control", b"cli", "1"), delegate(""))
     assert started == ["a"]
+
+
+async def test_a_reused_request_id_is_kept(setup):
+    router, outbox, _ = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    assert router.delegate(Requester("replay", b"journal", None), delegate("b"), "old-7") == "old-7"
+    assert outbox.to_agents[0][1].correlation_id == "old-7"
+
+
+async def test_settled_requests_are_reported_once(setup):
+    settled = []
+    outbox = RecordingOutbox()
+    router = Router({"a", "b"}, "a", outbox, lambda name: None, on_settled=settled.append)
+    outbox.running.add("b")
+    router.agent_ready("b")
+    oid = router.delegate(Requester("control", b"cli", "1"), delegate("b"))
+    router.result(reply_to(outbox.to_agents[0][1], "ok"))
+    router.result(reply_to(outbox.to_agents[0][1], "again"))
+    assert [p.oid for p in settled] == [oid]

@@ -1,0 +1,86 @@
+"""The journal of inputs accepted from outside (CLI `send`, connectors) and not yet answered.
+
+An input is appended and fsync'd before it can be answered, and marked done when it is; after
+an orchestrator crash the unanswered ones are delivered again under their original request id,
+so an agent can recognise a replay. The file is compacted to the open entries at start-up.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+
+class Entry(msgspec.Struct, frozen=True):
+    op: Literal["accept", "done"]
+    id: str
+    frame: bytes = b""  # the delegate envelope as received (msgpack)
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(Entry)
+
+
+class Journal:
+    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+        self.path = path
+        self._fsync = fsync
+        self._fd: int | None = None
+        self.open_ids: set[str] = set()
+
+    def recover(self) -> list[Entry]:
+        """Unanswered inputs of earlier runs, in the order they were accepted."""
+        accepted: dict[str, Entry] = {}
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        for line in data.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                entry = _decoder.decode(line)
+            except msgspec.DecodeError:
+                break  # a torn last line: the input it held was never acknowledged
+            if entry.op == "accept":
+                accepted[entry.id] = entry
+            else:
+                accepted.pop(entry.id, None)
+        self._rewrite(list(accepted.values()))
+        self.open_ids = set(accepted)
+        return list(accepted.values())
+
+    def accept(self, request_id: str, frame: bytes) -> None:
+        self._append(Entry("accept", request_id, frame), durable=True)
+        self.open_ids.add(request_id)
+
+    def done(self, request_id: str) -> None:
+        if request_id in self.open_ids:
+            self.open_ids.discard(request_id)
+            # Not fsync'd: losing it only means one more (recognised) redelivery.
+            self._append(Entry("done", request_id), durable=False)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _append(self, entry: Entry, *, durable: bool) -> None:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(self._fd, _encoder.encode(entry) + b"\n")
+        if durable and self._fsync:
+            os.fsync(self._fd)
+
+    def _rewrite(self, entries: list[Entry]) -> None:
+        self.close()
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "wb") as out:
+            for entry in entries:
+                out.write(_encoder.encode(entry) + b"\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, self.path)
