@@ -131,6 +131,7 @@ class AgentProcess:
         turn_input = TurnInput(
             job.input, key, job.trace_id, f"{job.source.kind}:{job.source.name}", job.request_id
         )
+        restart_reason: str | None = None
         try:
             outcome = await run_turn(
                 self.definition,
@@ -140,6 +141,7 @@ class AgentProcess:
                 self.paths.workdir(self.swarm, key),
                 resume=replay is not None,
             )
+            restart_reason = outcome.restart_reason
             if outcome.error_code is None:
                 result = wire.DelegateResult("ok", self.name, outcome.text, instance_key=key)
             else:
@@ -152,6 +154,9 @@ class AgentProcess:
         self._reply(job, result)
         # The events are already on disk; the fsync'd fold can follow the reply.
         conversation.fold()
+        if restart_reason is not None:
+            request = wire.RestartRequest(restart_reason)
+            self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
 
     def _reply(self, job: Job, result: wire.DelegateResult) -> None:
         if job.correlation_id is None:

@@ -70,6 +70,7 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     steps: int
     usage: Usage
     error_code: str | None = None  # set when finish_reason == "error"
+    restart_reason: str | None = None  # a tool asked for a swarm restart (self-restart)
 
 
 async def run_turn(
@@ -115,6 +116,7 @@ async def run_turn(
     catalog_names = {d.name for d in catalog}
     input_tokens = output_tokens = 0
     last_text = ""
+    restart_reason: str | None = None
 
     for step in range(1, agent.max_steps + 1):
         request = ModelRequest(prefix + conversation.messages, catalog, agent.params)
@@ -137,7 +139,8 @@ async def run_turn(
             last_text = reply.text
         if not reply.tool_calls:
             log.info("turn completed", steps=step, ms=round((time.monotonic() - started) * 1000))
-            return _outcome(reply.text or "", "text_response", step, input_tokens, output_tokens)
+            outcome = _outcome(reply.text or "", "text_response", step, input_tokens, output_tokens)
+            return msgspec.structs.replace(outcome, restart_reason=restart_reason)
 
         def make_context(call: ToolCall, assistant: Message = assistant) -> ToolContext:
             return ToolContext(
@@ -161,6 +164,7 @@ async def run_turn(
         )
         for call, result in zip(reply.tool_calls, results, strict=True):
             log.info("tool call", tool=call.name, status=result.status)
+            restart_reason = _restart_requested(result.output) or restart_reason
             conversation.append(
                 Message(
                     id=next_id(),
@@ -173,6 +177,13 @@ async def run_turn(
     text = last_text or f"Reached the step limit ({agent.max_steps}) for this turn."
     log.warning("turn stopped at the step limit", steps=agent.max_steps)
     return _outcome(text, "max_steps", agent.max_steps, input_tokens, output_tokens)
+
+
+def _restart_requested(output: object) -> str | None:
+    """The self-restart convention: an ok tool output with `restartRequested: true`."""
+    if isinstance(output, dict) and output.get("restartRequested") is True:
+        return str(output.get("restartReason") or "tool:self-restart")
+    return None
 
 
 def _outcome(

@@ -21,6 +21,7 @@ SHUTDOWN_ACK: Final = "shutdown_ack"
 READY: Final = "ready"
 START_ERROR: Final = "start_error"  # the agent could not start (bad tool module, bad model...)
 HEARTBEAT: Final = "heartbeat"
+RESTART_REQUEST: Final = "restart_request"  # an agent asks for a swarm restart (self-restart)
 CONTROL: Final = "control"  # CLI -> orchestrator command
 CONTROL_REPLY: Final = "control_reply"
 
@@ -95,6 +96,10 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
 class Shutdown(msgspec.Struct, frozen=True, rename="camel"):
     reason: str  # "orchestrator_shutdown" | "restart" | "config_change"
     grace_period_ms: int
+
+
+class RestartRequest(msgspec.Struct, frozen=True):
+    reason: str
 
 
 class Empty(msgspec.Struct, frozen=True):

@@ -10,24 +10,30 @@ import asyncio
 import itertools
 import os
 import secrets
+import shutil
 import signal
 import time
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import structlog
 import zmq
 
-from goondan.bundle import Bundle
-from goondan.paths import StatePaths
+from goondan.bundle import Bundle, BundleInvalid, load_bundle
+from goondan.paths import StatePaths, slug
 from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
+from orchestrator.control import CommandError, ControlCommands
 from orchestrator.journal import Journal
 from orchestrator.launcher import Launcher, LauncherKind, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
+from orchestrator.reload import agent_fingerprints
 from orchestrator.router import Pending, Requester, Router
 from orchestrator.supervisor import HANG_TIMEOUT_S, Supervisor
+from orchestrator.systemd import Notifier
+from orchestrator.watch import watch
 
 DEFAULT_INPUT_TIMEOUT_MS = 600_000  # a CLI input may run a long turn
 
@@ -50,6 +56,7 @@ class Daemon:
         paths: StatePaths,
         launcher: LauncherKind = "zygote",
         hang_timeout_s: float = HANG_TIMEOUT_S,
+        watch: bool = False,
     ) -> None:
         self.bundle = bundle
         self.swarm = bundle.select_swarm(swarm_name)
@@ -59,6 +66,7 @@ class Daemon:
         self.grace_s = float(self.swarm.spec.policy.shutdown.grace_period_seconds)
         self._launcher_kind = launcher
         self._hang_timeout_s = hang_timeout_s
+        self._watch = watch
         self._stop = asyncio.Event()
         self._local_ids = itertools.count(1)
         self._local_waiters: dict[str, asyncio.Future[wire.DelegateResult]] = {}
@@ -66,6 +74,9 @@ class Daemon:
         self.started_at = time.time()
         self.input_trace_id: str | None = None  # of `run --input`, for its transcript
         self._stopping = False
+        self._fingerprints = agent_fingerprints(bundle, self.swarm)
+        self._reload_lock = asyncio.Lock()
+        self.notifier = Notifier()
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -105,6 +116,9 @@ class Daemon:
             on_settled=self._settled,
         )
         self.journal = Journal(self.paths.journal_file)
+        self.commands = ControlCommands(
+            {"status": self._cmd_status, "stop": self._cmd_stop, "restart": self._cmd_restart}
+        )
         self.agents.start()
         self.control.start()
         self._prepare = asyncio.ensure_future(self.launcher.start())
@@ -112,6 +126,7 @@ class Daemon:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
         info = OrchestratorInfo(
             os.getpid(), self.swarm.name, str(self.bundle.root), self.started_at, control_endpoint
         )
@@ -124,6 +139,10 @@ class Daemon:
             entryAgent=self.entry_agent,
             stateRoot=str(self.paths.root),
         )
+        self.notifier.ready(f"swarm {self.swarm.name}: {len(self.agent_names)} agents")
+        self.notifier.start_watchdog()
+        if self._watch:
+            loop.create_task(watch(self.bundle.root, self._on_bundle_change))
 
     def _redeliver_journal(self) -> None:
         """Inputs accepted by an earlier run that never got their answer: deliver them again."""
@@ -167,15 +186,22 @@ class Daemon:
             )
         return ask.result()
 
-    async def _shutdown(self) -> None:
-        self._log.info("orchestrator stopping", graceSeconds=self.grace_s)
-        shutdown = wire.Shutdown("orchestrator_shutdown", int(self.grace_s * 1000))
+    def _shutdown_sender(self, reason: str) -> Callable[[str], bool]:
+        shutdown = wire.Shutdown(reason, int(self.grace_s * 1000))
 
         def send_shutdown(name: str) -> bool:
+            self.router.agent_draining(name)
             return self.to_agent(
                 name, wire.encode(wire.SHUTDOWN, wire.ORCHESTRATOR, name, shutdown)
             )
 
+        return send_shutdown
+
+    async def _shutdown(self) -> None:
+        self._log.info("orchestrator stopping", graceSeconds=self.grace_s)
+        self.notifier.stopping()
+        self.notifier.stop_watchdog()
+        send_shutdown = self._shutdown_sender("orchestrator_shutdown")
         await self.supervisor.stop_all(send_shutdown, self.grace_s)
         await self.launcher.aclose()
         self._stopping = True
@@ -215,6 +241,72 @@ class Daemon:
             return await future
         finally:
             self._local_waiters.pop(cid, None)
+
+    # -- reload and restart ------------------------------------------------------------------
+
+    async def _on_bundle_change(self) -> None:
+        self._log.info("bundle files changed: reloading")
+        await self.reload()
+
+    def _on_sighup(self) -> None:
+        self._log.info("SIGHUP: reloading the bundle")
+        asyncio.get_running_loop().create_task(self.reload())
+
+    async def reload(self, *, restart_all: bool = False) -> dict[str, Any]:
+        """Load the bundle again and restart the agents whose resources changed (all of them
+        with `restart_all`). A bundle that no longer validates is refused: the running swarm
+        stays as it was and the errors are logged and returned."""
+        async with self._reload_lock:
+            self.notifier.reloading()
+            try:
+                return await self._reload(restart_all)
+            finally:
+                self.notifier.ready(f"swarm {self.swarm.name}: {len(self.agent_names)} agents")
+
+    async def _reload(self, restart_all: bool) -> dict[str, Any]:
+        try:
+            bundle = load_bundle(self.bundle.root)
+            swarm = bundle.select_swarm(self.swarm.name)
+        except BundleInvalid as exc:
+            errors = [e.render() for e in exc.errors]
+            self._log.error("reload refused: the bundle does not validate", errors=errors)
+            return {"reloaded": False, "errors": errors}
+        except LookupError as exc:
+            self._log.error("reload refused", error=str(exc))
+            return {"reloaded": False, "errors": [str(exc)]}
+        prints = agent_fingerprints(bundle, swarm)
+        old = self._fingerprints
+        added = [n for n in prints if n not in old]
+        removed = [n for n in old if n not in prints]
+        changed = [n for n in prints if n in old and (restart_all or prints[n] != old[n])]
+        self.bundle, self.swarm, self._fingerprints = bundle, swarm, prints
+        self.agent_names = list(prints)
+        self.entry_agent = bundle.entry_agent(swarm)
+        self.grace_s = float(swarm.spec.policy.shutdown.grace_period_seconds)
+        for name in added:
+            self.supervisor.add(name)
+        await asyncio.gather(*(self.restart_agent(n) for n in changed + removed))
+        for name in removed:
+            self.supervisor.remove(name)
+        self.router.set_agents(set(prints), self.entry_agent)
+        result = {"reloaded": True, "restarted": changed, "added": added, "removed": removed}
+        self._log.info("bundle reloaded", **result)
+        return result
+
+    async def restart_agent(self, name: str, *, fresh: bool = False) -> None:
+        """Drain and stop the agent's process, then start it again if it was running or has
+        work waiting. `fresh` also forgets its conversations."""
+        slot = self.supervisor.slots[name]
+        was_running = slot.process is not None
+        await self.supervisor.stop(name, self._shutdown_sender("restart"), self.grace_s)
+        if fresh:
+            for directory in (self.paths.swarm_dir(self.swarm.name) / "instances").glob(
+                f"*/{slug(name)}"
+            ):
+                shutil.rmtree(directory, ignore_errors=True)
+        slot.consecutive_crashes = 0
+        if name in self._fingerprints and (was_running or self.router.has_waiting(name)):
+            self.supervisor.ensure_running(name)
 
     # -- Outbox for the router ---------------------------------------------------------------
 
@@ -287,6 +379,10 @@ class Daemon:
         elif kind == wire.START_ERROR:
             error = wire.decode_payload(env, wire.ErrorInfo)
             self.supervisor.mark_start_error(name, error.message)
+        elif kind == wire.RESTART_REQUEST:
+            reason = wire.decode_payload(env, wire.RestartRequest).reason
+            self._log.warning("swarm restart requested by an agent", agent=name, reason=reason)
+            asyncio.get_running_loop().create_task(self.reload(restart_all=True))
         elif kind == wire.SHUTDOWN_ACK:
             self._log.debug("shutdown acknowledged", agent=name)
         else:
@@ -315,6 +411,7 @@ class Daemon:
 
     def _on_control_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
+            self._log.warning("dropped control message with unexpected frames", count=len(frames))
             return
         identity, frame = frames
         try:
@@ -327,15 +424,9 @@ class Daemon:
                     self.journal.accept(request_id, frame)
             elif env.type == wire.CONTROL:
                 command = wire.decode_payload(env, wire.Control)
-                reply = self._control(command)
-                out = wire.encode(
-                    wire.CONTROL_REPLY,
-                    wire.ORCHESTRATOR,
-                    "cli",
-                    reply,
-                    correlation_id=env.correlation_id,
+                asyncio.get_running_loop().create_task(
+                    self._answer_control(identity, env.correlation_id, command)
                 )
-                self.control.send([identity, out])
             else:
                 self._log.warning("dropped control message of unknown type", type=env.type)
         except wire.MalformedFrame as exc:
@@ -343,16 +434,38 @@ class Daemon:
         except Exception:
             self._log.exception("failed to handle control message")
 
-    def _control(self, command: wire.Control) -> wire.ControlReply:
-        if command.command == "status":
-            return wire.ControlReply(True, self.status())
-        if command.command == "stop":
-            self._log.info("stop requested by the control socket")
-            asyncio.get_running_loop().call_soon(self.request_stop)
-            return wire.ControlReply(True, {"stopping": True})
-        return wire.ControlReply(
-            False, error=wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown command '{command.command}'")
+    async def _answer_control(
+        self, identity: bytes, correlation_id: str | None, command: wire.Control
+    ) -> None:
+        reply = await self.commands.run(command)
+        frame = wire.encode(
+            wire.CONTROL_REPLY, wire.ORCHESTRATOR, "cli", reply, correlation_id=correlation_id
         )
+        try:
+            self.control.send([identity, frame])
+        except zmq.ZMQError:
+            self._log.info("control client gone before its answer", command=command.command)
+
+    async def _cmd_status(self, args: dict[str, Any]) -> dict[str, Any]:
+        return self.status()
+
+    async def _cmd_stop(self, args: dict[str, Any]) -> dict[str, Any]:
+        self._log.info("stop requested by the control socket")
+        asyncio.get_running_loop().call_soon(self.request_stop)
+        return {"stopping": True}
+
+    async def _cmd_restart(self, args: dict[str, Any]) -> dict[str, Any]:
+        agent = args.get("agent")
+        if agent is None:
+            result = await self.reload()
+            if not result["reloaded"]:
+                raise CommandError("E_CONFIG", "\n".join(result["errors"]))
+            return result
+        if agent not in self.supervisor.slots:
+            known = ", ".join(sorted(self.supervisor.slots))
+            raise CommandError("AGENT_NOT_FOUND", f"no agent '{agent}' in this swarm ({known})")
+        await self.restart_agent(agent, fresh=bool(args.get("fresh")))
+        return {"restarted": [agent], "fresh": bool(args.get("fresh"))}
 
     def status(self) -> dict[str, Any]:
         return {

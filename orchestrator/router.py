@@ -178,6 +178,26 @@ class Router:
             elif pending is not None:
                 pending.delivered = True
 
+    def agent_draining(self, name: str) -> None:
+        """The agent is finishing its work before it stops: what comes now waits in its inbox
+        for the next process instead of going to one that is about to exit."""
+        self._ready.discard(name)
+
+    def has_waiting(self, name: str) -> bool:
+        return bool(self._inbox.get(name))
+
+    def set_agents(self, agents: set[str], entry_agent: str) -> None:
+        """After a reload: new agents become routable; requests for removed ones fail."""
+        for name in agents - self.agents:
+            self._by_target[name] = {}
+            self._inbox[name] = deque()
+        for name in self.agents - agents:
+            self.fail_waiting(name, "AGENT_NOT_FOUND", f"Agent '{name}' was removed from the swarm")
+            self._ready.discard(name)
+            del self._by_target[name], self._inbox[name]
+        self.agents = set(agents)
+        self.entry_agent = entry_agent
+
     def agent_gone(self, name: str, error_code: str, message: str) -> bool:
         """The process ended. Redeliver what it was handling once; fail what was redelivered
         already. Returns True when work is waiting for it (the caller should start it)."""

@@ -8,7 +8,6 @@ Each process is watched by awaiting its exit (the kernel tells us at once, no po
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -206,28 +205,39 @@ class Supervisor:
     def note_success(self, name: str) -> None:
         self.slots[name].consecutive_crashes = 0
 
+    def add(self, name: str) -> None:
+        self.slots.setdefault(name, Slot(name))
+
+    def remove(self, name: str) -> None:
+        """Forget an agent that left the swarm (stop it first)."""
+        slot = self.slots.pop(name, None)
+        if slot is not None and slot.respawn_timer is not None:
+            slot.respawn_timer.cancel()
+
     async def stop_all(self, send_shutdown: Callable[[str], bool], grace_s: float) -> None:
-        """Drain every agent: `shutdown`, wait for exit, SIGKILL after the grace period."""
+        """Drain every agent for good: no respawns after this."""
         self._closing = True
         if self._watchdog is not None:
             self._watchdog.cancel()
-        for slot in self.slots.values():
-            if slot.respawn_timer is not None:
-                slot.respawn_timer.cancel()
-                slot.respawn_timer = None
-        running = [s for s in self.slots.values() if s.process is not None]
-        for slot in running:
-            slot.stopping = True
-            slot.status = "draining"
-            if not (slot.ready and send_shutdown(slot.name)) and slot.process is not None:
-                slot.process.terminate()  # not ready yet: it has nothing to drain
-        waits = [asyncio.wait_for(s.exited.wait(), grace_s) for s in running]
-        results = await asyncio.gather(*waits, return_exceptions=True)
-        for slot, result in zip(running, results, strict=True):
-            if isinstance(result, BaseException) and slot.process is not None:
-                self._log.warning("agent did not stop in time; killing it", agent=slot.name)
-                try:
-                    os.kill(slot.process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                await slot.exited.wait()
+        await asyncio.gather(*(self.stop(n, send_shutdown, grace_s) for n in list(self.slots)))
+
+    async def stop(self, name: str, send_shutdown: Callable[[str], bool], grace_s: float) -> None:
+        """Drain one agent: `shutdown` -> it finishes its turns -> exit; SIGKILL after the
+        grace period. A clean stop resets its crash count."""
+        slot = self.slots[name]
+        if slot.respawn_timer is not None:
+            slot.respawn_timer.cancel()
+            slot.respawn_timer = None
+        process = slot.process
+        if process is None:
+            return
+        slot.stopping = True
+        slot.status = "draining"
+        if not (slot.ready and send_shutdown(name)):
+            process.terminate()  # not ready yet: it has nothing to drain
+        try:
+            await asyncio.wait_for(slot.exited.wait(), grace_s)
+        except TimeoutError:
+            self._log.warning("agent did not stop in time; killing it", agent=name)
+            process.kill()
+            await slot.exited.wait()

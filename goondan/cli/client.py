@@ -7,6 +7,7 @@ import os
 import secrets
 import time
 from types import TracebackType
+from typing import Any
 
 import zmq
 
@@ -73,10 +74,11 @@ class ControlClient:
             if not daemon_running(self.paths):
                 raise NotRunning("the orchestrator stopped before answering")
 
-    def command(self, name: str, timeout_s: float = 10.0) -> wire.ControlReply:
-        frame = wire.encode(
-            wire.CONTROL, "cli", wire.ORCHESTRATOR, wire.Control(name), correlation_id="1"
-        )
+    def command(
+        self, name: str, args: dict[str, Any] | None = None, timeout_s: float = 10.0
+    ) -> wire.ControlReply:
+        control = wire.Control(name, args or {})
+        frame = wire.encode(wire.CONTROL, "cli", wire.ORCHESTRATOR, control, correlation_id="1")
         return wire.decode_payload(self.call(frame, timeout_s), wire.ControlReply)
 
     def send(

@@ -25,6 +25,8 @@ def dispatch(args: argparse.Namespace) -> int:
                 return _send(client, args)
             if args.command == "status":
                 return _status(client, args)
+            if args.command == "restart":
+                return _restart(client, args)
             return _stop(client, paths, args)
     except NotRunning as exc:
         print(f"goondan: {exc}", file=sys.stderr)
@@ -63,6 +65,26 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
     for p in status["processes"]:
         pid = p["pid"] if p["pid"] is not None else "-"
         print(f"{p['name']:<24} {p['kind']:<10} {pid:>8}  {p['status']:<17} {p['restarts']:>8}")
+    return 0
+
+
+def _restart(client: ControlClient, args: argparse.Namespace) -> int:
+    command_args = {"agent": args.agent, "fresh": args.fresh} if args.agent else {}
+    reply = client.command("restart", command_args, timeout_s=600)
+    if not reply.ok:
+        error = reply.error
+        print(f"goondan: restart refused: {error.message if error else '?'}", file=sys.stderr)
+        return EXIT_FAILED
+    result = reply.result
+    if args.agent:
+        print(f"restarted {args.agent}" + (" (conversations deleted)" if args.fresh else ""))
+    else:
+        changed = ", ".join(result["restarted"]) or "none"
+        print(f"reloaded; restarted: {changed}", end="")
+        for key in ("added", "removed"):
+            if result[key]:
+                print(f"; {key}: {', '.join(result[key])}", end="")
+        print()
     return 0
 
 

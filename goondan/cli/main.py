@@ -14,6 +14,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan run ./my-bundle --input "hi"  answer one input, then stop
   goondan send "hello"                  ask the running swarm (the reply goes to stdout)
   goondan status                        processes of the running swarm
+  goondan restart [--agent NAME]        reload the bundle / restart one agent
   goondan stop                          stop the running swarm cleanly
 """
 
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --input: first print every agent's messages, tool calls and results",
     )
     p.add_argument(
+        "--watch",
+        action="store_true",
+        help="reload when a file of the bundle changes (restarts only the changed agents)",
+    )
+    p.add_argument(
         "--spawn",
         choices=("zygote", "subprocess"),
         default="zygote",
@@ -93,6 +99,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="show the orchestrator and its processes")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+
+    p = sub.add_parser(
+        "restart",
+        help="reload the bundle, or restart one agent",
+        description="Without --agent: reload the bundle (like SIGHUP) and restart only the "
+        "agents whose resources changed; a bundle that does not validate is refused and the "
+        "swarm keeps running as it was. With --agent: drain and restart that agent.",
+    )
+    p.add_argument("--agent", help="restart only this agent")
+    p.add_argument(
+        "--fresh", action="store_true", help="with --agent: also delete its conversations"
+    )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser("stop", help="stop the running orchestrator cleanly")

@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
             StatePaths.at(args.state_root),
             launcher=args.spawn,
             hang_timeout_s=args.hang_timeout,
+            watch=args.watch,
         )
     except BundleInvalid as exc:
         for error in exc.errors:

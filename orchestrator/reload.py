@@ -1,0 +1,32 @@
+"""What a bundle reload changes: a fingerprint per agent of everything its process loads."""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgspec
+
+from goondan.bundle import Bundle, Resource
+
+
+def agent_fingerprints(bundle: Bundle, swarm: Resource) -> dict[str, str]:
+    """Agent name -> digest of its Agent, Model and Tool resources, its tools' entry files,
+    its system prompt and the swarm's policy. Equal digests: no restart needed."""
+    prints: dict[str, str] = {}
+    policy = msgspec.json.encode(swarm.spec.policy)
+    for name, agent in bundle.swarm_agents(swarm).items():
+        digest = hashlib.sha256(policy)
+        for resource in (agent, bundle.agent_model(agent), *bundle.agent_tools(agent)):
+            digest.update(msgspec.json.encode([resource.kind, resource.name, resource.spec]))
+            if resource.kind == "Tool":
+                digest.update(_read(resource))
+        digest.update((bundle.system_prompt(agent) or "").encode())
+        prints[name] = digest.hexdigest()
+    return prints
+
+
+def _read(resource: Resource) -> bytes:
+    try:
+        return resource.entry_path().read_bytes()
+    except OSError:
+        return b""

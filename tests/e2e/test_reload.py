@@ -1,0 +1,119 @@
+"""Reloading a running swarm: SIGHUP, `goondan restart`, `--watch`, and systemd's view."""
+
+import shutil
+import signal
+import socket
+
+import pytest
+
+from tests.e2e.conftest import QUICKSTART, wait_for
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    target = tmp_path / "quickstart"
+    shutil.copytree(QUICKSTART, target)
+    return target
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+def pids(daemon):
+    return {p["name"]: p["pid"] for p in daemon.status()["processes"]}
+
+
+def test_sighup_restarts_only_the_changed_agent(start_daemon, bundle):
+    daemon = start_daemon(bundle)
+    assert daemon.send("What is 1 plus 2?").returncode == 0
+    before = pids(daemon)
+    edit(bundle / "goondan.yaml", "I only know facts about numbers.", "Numbers only, please.")
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: '"bundle reloaded"' in daemon.logs() or "bundle reloaded" in daemon.logs())
+    assert '"restarted": ["researcher"]' in daemon.logs()
+    after = wait_for(
+        lambda: (p := pids(daemon))["researcher"] not in (None, before["researcher"]) and p
+    )
+    assert after["assistant"] == before["assistant"]
+    reply = daemon.send("hello", "--agent", "researcher", "--instance", "new")
+    assert reply.stdout.strip() == "Numbers only, please."
+
+
+def test_a_broken_bundle_is_refused_and_the_swarm_keeps_running(start_daemon, bundle):
+    daemon = start_daemon(bundle)
+    daemon.send("What is 1 plus 2?")
+    before = pids(daemon)
+    edit(bundle / "goondan.yaml", 'modelRef: "Model/researcher-script"', 'modelRef: "Model/nope"')
+    proc = daemon.cli("restart")
+    assert proc.returncode == 1
+    assert "restart refused" in proc.stderr and "E_CONFIG_REF_NOT_FOUND" in proc.stderr
+    assert pids(daemon) == before
+    assert daemon.send("What is 2 plus 2?").returncode == 0
+
+
+def test_restart_without_changes_restarts_nothing(start_daemon, bundle):
+    daemon = start_daemon(bundle)
+    daemon.send("What is 1 plus 2?")
+    before = pids(daemon)
+    proc = daemon.cli("restart")
+    assert proc.returncode == 0 and proc.stdout.strip() == "reloaded; restarted: none"
+    assert pids(daemon) == before
+
+
+def test_restart_one_agent_fresh(start_daemon, bundle, state_root):
+    daemon = start_daemon(bundle)
+    daemon.send("What is 1 plus 2?")
+    convo = state_root / "swarms/default/instances/cli/researcher"
+    assert convo.exists()
+    before = pids(daemon)
+    proc = daemon.cli("restart", "--agent", "researcher", "--fresh")
+    assert proc.returncode == 0, proc.stderr
+    assert not convo.exists()
+    after = pids(daemon)
+    assert after["researcher"] != before["researcher"] and after["assistant"] == before["assistant"]
+    assert daemon.process("researcher")["status"] in ("idle", "spawning")
+    unknown = daemon.cli("restart", "--agent", "ghost")
+    assert unknown.returncode == 1 and "no agent 'ghost'" in unknown.stderr
+
+
+def test_watch_reloads_on_file_change(start_daemon, bundle):
+    daemon = start_daemon(bundle, "--watch")
+    daemon.send("What is 1 plus 2?")
+    before = pids(daemon)
+    edit(bundle / "tools" / "numbers.py", '"a prime"', '"prime"')
+    wait_for(lambda: '"restarted": ["researcher"]' in daemon.logs(), timeout=10)
+    reply = daemon.send("What is 3 plus 4?")
+    assert "7 is prime" in reply.stdout
+    assert pids(daemon)["assistant"] == before["assistant"]
+
+
+def test_systemd_notifications(start_daemon, bundle, state_root):
+    path = str(state_root / "notify.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(10)
+    try:
+        daemon = start_daemon(bundle, env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": "200000"})
+
+        def messages_until(field):
+            seen = []
+            while True:
+                data = sock.recv(4096).decode()
+                seen.append(data)
+                if field in data.split("\n"):
+                    return seen
+
+        ready = messages_until("READY=1")
+        assert f"MAINPID={daemon.proc.pid}" in ready[-1]
+        assert any("WATCHDOG=1" in m for m in messages_until("WATCHDOG=1"))
+        daemon.proc.send_signal(signal.SIGHUP)
+        reload = messages_until("READY=1")
+        assert any(m.startswith("RELOADING=1\nMONOTONIC_USEC=") for m in reload)
+        daemon.proc.send_signal(signal.SIGTERM)
+        assert any("STOPPING=1" in m for m in messages_until("STOPPING=1"))
+        assert daemon.proc.wait(10) == 0
+    finally:
+        sock.close()
