@@ -2,21 +2,29 @@
 
 Each outgoing `delegate` gets a local correlation id (a counter); the orchestrator answers it
 with exactly one `delegate_result`. We also keep our own deadline a little past the request's
-timeout, so a request never hangs even if the orchestrator is gone.
+timeout, so a request never hangs even if the orchestrator is gone. An async request returns at
+once; its answer is turned into a message for the caller's instance inbox, which the loop adds
+to the conversation before its next step (or next turn).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import time
 from collections.abc import Callable
 from typing import Any
 
-from goondan.delegation import RequestTimeout, delegate_error
+import msgspec
+
+from agentproc.messages import Message
+from goondan.delegation import DelegateError, RequestTimeout, delegate_error
 from goondan.tools import DelegateReply
 from ipc import messages as wire
 
 DEFAULT_TIMEOUT_MS = 60_000
+ORCHESTRATOR_TIMEOUT_S = 10.0
 _BACKSTOP_S = 2.0  # our deadline beyond the orchestrator's, for a vanished orchestrator
 
 
@@ -28,6 +36,7 @@ class PeerClient:
         self._send = send
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[wire.DelegateResult]] = {}
+        self._calls: dict[str, asyncio.Future[wire.ControlReply]] = {}
 
     @property
     def outstanding(self) -> int:
@@ -61,6 +70,30 @@ class PeerClient:
         finally:
             self._waiting.pop(cid, None)
 
+    async def call_orchestrator(self, command: str, args: dict[str, Any]) -> Any:
+        """A command for the orchestrator itself (`spawn`, `list`); raises `DelegateError`."""
+        cid = f"c{next(self._ids)}"
+        future: asyncio.Future[wire.ControlReply] = asyncio.get_running_loop().create_future()
+        self._calls[cid] = future
+        frame = wire.encode(
+            wire.CONTROL,
+            self.agent_name,
+            wire.ORCHESTRATOR,
+            wire.Control(command, args),
+            correlation_id=cid,
+        )
+        try:
+            self._send(frame)
+            reply = await asyncio.wait_for(future, ORCHESTRATOR_TIMEOUT_S)
+        except TimeoutError:
+            raise DelegateError(f"the orchestrator did not answer '{command}'") from None
+        finally:
+            self._calls.pop(cid, None)
+        if not reply.ok:
+            error = reply.error or wire.ErrorInfo("AGENT_REQUEST_ERROR", "request refused")
+            raise delegate_error(error.code, error.message, error.suggestion)
+        return reply.result
+
     def send_event(self, target: str, payload: wire.Event, trace_id: str | None) -> None:
         self._send(wire.encode(wire.EVENT, self.agent_name, target, payload, trace_id=trace_id))
 
@@ -69,6 +102,13 @@ class PeerClient:
         if future is None or future.done():
             return False  # late answer to a request we already gave up on
         future.set_result(result)
+        return True
+
+    def resolve_call(self, correlation_id: str | None, reply: wire.ControlReply) -> bool:
+        future = self._calls.get(correlation_id or "")
+        if future is None or future.done():
+            return False
+        future.set_result(reply)
         return True
 
 
@@ -83,12 +123,14 @@ class TurnRuntime:
         trace_id: str,
         call_chain: tuple[str, ...],
         catalog: dict[str, Any],
+        deliver_async: Callable[[Message], None],
     ) -> None:
         self._peers = peers
         self._instance_key = instance_key
         self._trace_id = trace_id
         self._call_chain = call_chain
         self._catalog = catalog
+        self._deliver_async = deliver_async
 
     async def request(
         self,
@@ -97,6 +139,34 @@ class TurnRuntime:
         *,
         instance_key: str | None = None,
         timeout_ms: int | None = None,
+    ) -> DelegateReply:
+        cid = self._peers.new_correlation_id()
+        return await self._request(cid, target, input, instance_key, timeout_ms)
+
+    def request_async(
+        self,
+        target: str,
+        input: str,
+        *,
+        instance_key: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> str:
+        """Send the request and return its correlation id at once; the answer (or error)
+        reaches the conversation as an `inter_agent_response` message before a later step."""
+        cid = self._peers.new_correlation_id()
+        task = asyncio.get_running_loop().create_task(
+            self._request(cid, target, input, instance_key, timeout_ms)
+        )
+        task.add_done_callback(lambda done: self._deliver_async(_async_message(cid, target, done)))
+        return cid
+
+    async def _request(
+        self,
+        cid: str,
+        target: str,
+        input: str,
+        instance_key: str | None,
+        timeout_ms: int | None,
     ) -> DelegateReply:
         timeout = timeout_ms or DEFAULT_TIMEOUT_MS
         key = instance_key or self._instance_key
@@ -108,7 +178,6 @@ class TurnRuntime:
             call_chain=(*self._call_chain, me),
             timeout_ms=timeout,
         )
-        cid = self._peers.new_correlation_id()
         result = await self._peers.request(
             target, payload, cid=cid, trace_id=self._trace_id, timeout_ms=timeout
         )
@@ -126,5 +195,33 @@ class TurnRuntime:
         )
         self._peers.send_event(target, payload, self._trace_id)
 
+    async def spawn(self, target: str, *, instance_key: str | None = None) -> dict[str, Any]:
+        args = {"target": target, "instanceKey": instance_key, "owner": self._instance_key}
+        result: dict[str, Any] = await self._peers.call_orchestrator("spawn", args)
+        return result
+
+    async def list(self, *, include_all: bool = False) -> dict[str, Any]:
+        args = {"includeAll": include_all, "owner": self._instance_key}
+        result: dict[str, Any] = await self._peers.call_orchestrator("list", args)
+        return result
+
     def catalog(self) -> dict[str, Any]:
         return self._catalog
+
+
+def _async_message(cid: str, target: str, done: asyncio.Task[DelegateReply]) -> Message:
+    body: dict[str, Any] = {"type": "inter_agent_response", "requestId": cid, "fromAgentId": target}
+    if done.cancelled():
+        body.update(status="error", error={"code": "E_CANCELLED", "message": "cancelled"})
+    elif (exc := done.exception()) is not None:
+        code = getattr(exc, "code", "AGENT_REQUEST_ERROR")
+        status = "timeout" if code == "AGENT_REQUEST_TIMEOUT" else "error"
+        body.update(status=status, error={"code": code, "message": str(exc)})
+    else:
+        body.update(status="ok", response=done.result().response)
+    return Message(
+        id=f"async-{cid}-{int(time.time() * 1000)}",
+        role="user",
+        content=json.dumps(body, ensure_ascii=False),
+        metadata={"__goondanInterAgentResponse": msgspec.to_builtins(body)},
+    )

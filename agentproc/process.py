@@ -13,6 +13,7 @@ import zmq
 
 from agentproc.conversation import Conversation
 from agentproc.instances import InstanceQueues
+from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.turn import AgentDefinition, TurnInput, find_request, run_turn
 from goondan.paths import StatePaths
@@ -20,6 +21,7 @@ from ipc import messages as wire
 from ipc.channel import Channel
 
 HEARTBEAT_INTERVAL_S = 1.0
+INBOX_LIMIT = 256  # async responses waiting for an instance's next step
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -55,6 +57,7 @@ class AgentProcess:
         self.peers = PeerClient(self.name, self._send)
         self.queues: InstanceQueues[Job] = InstanceQueues(self._run_job)
         self._conversations: dict[str, Conversation] = {}
+        self._inboxes: dict[str, list[Message]] = {}
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
 
@@ -79,6 +82,10 @@ class AgentProcess:
             result = wire.decode_payload(env, wire.DelegateResult)
             if not self.peers.resolve(env.correlation_id, result):
                 self.log.debug("late delegate_result dropped", correlationId=env.correlation_id)
+        elif env.type == wire.CONTROL_REPLY:
+            reply = wire.decode_payload(env, wire.ControlReply)
+            if not self.peers.resolve_call(env.correlation_id, reply):
+                self.log.debug("late control_reply dropped", correlationId=env.correlation_id)
         elif env.type == wire.SHUTDOWN:
             self._shutdown = wire.decode_payload(env, wire.Shutdown)
             self._stop.set()
@@ -113,6 +120,17 @@ class AgentProcess:
             conversation.load()
         return conversation
 
+    def _deliver_async(self, key: str, message: Message) -> None:
+        """An async request's answer: it joins the conversation before the next step/turn."""
+        inbox = self._inboxes.setdefault(key, [])
+        inbox.append(message)
+        if len(inbox) > INBOX_LIMIT:
+            dropped = inbox.pop(0)
+            self.log.warning("inbox full; oldest async response dropped", messageId=dropped.id)
+
+    def _take_inbox(self, key: str) -> list[Message]:
+        return self._inboxes.pop(key, [])
+
     async def _run_job(self, key: str, job: Job) -> None:
         conversation = self._conversation(key)
         replay = find_request(conversation.messages, job.request_id)
@@ -127,6 +145,7 @@ class AgentProcess:
             trace_id=job.trace_id,
             call_chain=job.call_chain,
             catalog=self.catalog,
+            deliver_async=lambda message: self._deliver_async(key, message),
         )
         turn_input = TurnInput(
             job.input, key, job.trace_id, f"{job.source.kind}:{job.source.name}", job.request_id
@@ -140,6 +159,7 @@ class AgentProcess:
                 runtime,
                 self.paths.workdir(self.swarm, key),
                 resume=replay is not None,
+                inbox=lambda: self._take_inbox(key),
             )
             restart_reason = outcome.restart_reason
             if outcome.error_code is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -81,9 +82,11 @@ async def run_turn(
     workdir: Path,
     *,
     resume: bool = False,
+    inbox: Callable[[], list[Message]] | None = None,
 ) -> TurnOutcome:
     """Run one turn. With `resume`, the input is already in the conversation (a redelivered
-    request whose turn was cut short): continue from where it stopped."""
+    request whose turn was cut short): continue from where it stopped. `inbox` yields
+    messages that arrived meanwhile (async agent responses); they join before each step."""
     turn_id = secrets.token_hex(6)
     log = structlog.get_logger().bind(
         agent=agent.name, instanceKey=turn_input.instance_key, traceId=turn_input.trace_id
@@ -119,6 +122,8 @@ async def run_turn(
     restart_reason: str | None = None
 
     for step in range(1, agent.max_steps + 1):
+        for message in inbox() if inbox is not None else ():
+            conversation.append(message)
         request = ModelRequest(prefix + conversation.messages, catalog, agent.params)
         try:
             reply = await agent.provider.complete(request)

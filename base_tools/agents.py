@@ -11,6 +11,14 @@ async def request(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     target = args["target"]
     if not args["input"].strip():
         raise ToolError("input must not be empty", code="E_TOOL_INVALID_ARGS")
+    if args.get("async"):
+        cid = ctx.runtime.request_async(
+            target,
+            args["input"],
+            instance_key=args.get("instanceKey"),
+            timeout_ms=args.get("timeoutMs"),
+        )
+        return {"target": target, "correlationId": cid, "accepted": True, "async": True}
     reply = await ctx.runtime.request(
         target,
         args["input"],
@@ -32,8 +40,27 @@ async def send(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     return {"target": args["target"], "accepted": True}
 
 
+async def spawn(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.runtime.spawn(args["target"], instance_key=args.get("instanceKey"))
+
+
+async def list_(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    return await ctx.runtime.list(include_all=bool(args.get("includeAll")))
+
+
 def catalog(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
-    return ctx.runtime.catalog()
+    info = ctx.runtime.catalog()
+    return {
+        **info,
+        "availableCount": len(info["availableAgents"]),
+        "callableCount": len(info["callableAgents"]),
+    }
 
 
-handlers = {"request": request, "send": send, "catalog": catalog}
+handlers = {
+    "request": request,
+    "send": send,
+    "spawn": spawn,
+    "list": list_,
+    "catalog": catalog,
+}

@@ -79,7 +79,27 @@ class AgentRuntime(Protocol):
         """Ask `target` and wait for its reply; raises a `DelegateError` subclass on failure."""
         ...
 
+    def request_async(
+        self,
+        target: str,
+        input: str,
+        *,
+        instance_key: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> str:
+        """Send without waiting; returns the correlation id. The answer reaches the
+        conversation as an `inter_agent_response` message before a later step."""
+        ...
+
     async def send(self, target: str, input: str, *, instance_key: str | None = None) -> None: ...
+
+    async def spawn(self, target: str, *, instance_key: str | None = None) -> dict[str, Any]:
+        """Prepare an instance of an agent of this swarm (its process is started)."""
+        ...
+
+    async def list(self, *, include_all: bool = False) -> dict[str, Any]:
+        """Instances this instance spawned (`include_all`: every known one)."""
+        ...
 
     def catalog(self) -> dict[str, Any]: ...
 

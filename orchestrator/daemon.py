@@ -26,6 +26,7 @@ from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
 from orchestrator.control import CommandError, ControlCommands
+from orchestrator.instances import InstanceRegistry
 from orchestrator.journal import Journal
 from orchestrator.launcher import Launcher, LauncherKind, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
@@ -116,6 +117,7 @@ class Daemon:
             on_settled=self._settled,
         )
         self.journal = Journal(self.paths.journal_file)
+        self.instances = InstanceRegistry()
         self.commands = ControlCommands(
             {"status": self._cmd_status, "stop": self._cmd_stop, "restart": self._cmd_restart}
         )
@@ -379,6 +381,17 @@ class Daemon:
         elif kind == wire.START_ERROR:
             error = wire.decode_payload(env, wire.ErrorInfo)
             self.supervisor.mark_start_error(name, error.message)
+        elif kind == wire.CONTROL:
+            command = wire.decode_payload(env, wire.Control)
+            reply = self._agent_command(name, command)
+            answer = wire.encode(
+                wire.CONTROL_REPLY,
+                wire.ORCHESTRATOR,
+                name,
+                reply,
+                correlation_id=env.correlation_id,
+            )
+            self.agents.send([identity, answer])
         elif kind == wire.RESTART_REQUEST:
             reason = wire.decode_payload(env, wire.RestartRequest).reason
             self._log.warning("swarm restart requested by an agent", agent=name, reason=reason)
@@ -387,6 +400,30 @@ class Daemon:
             self._log.debug("shutdown acknowledged", agent=name)
         else:
             self._log.warning("dropped message of unknown type", sender=name, type=kind)
+
+    def _agent_command(self, caller: str, command: wire.Control) -> wire.ControlReply:
+        """`agents__spawn` / `agents__list` from an agent's tools."""
+        args = command.args
+        owner_key = str(args.get("owner") or "")
+        if command.command == "spawn":
+            target = str(args.get("target") or "")
+            if target not in self.router.agents:
+                known = ", ".join(sorted(self.router.agents))
+                error = wire.ErrorInfo(
+                    "AGENT_NOT_FOUND", f"Agent '{target}' is not in this swarm (agents: {known})"
+                )
+                return wire.ControlReply(False, error=error)
+            key = args.get("instanceKey")
+            instance = self.instances.spawn(target, key and str(key), caller, owner_key)
+            self.supervisor.ensure_running(target)
+            return wire.ControlReply(
+                True, {"target": target, "instanceKey": instance.instance_key, "spawned": True}
+            )
+        if command.command == "list":
+            agents = self.instances.list(caller, owner_key, bool(args.get("includeAll")))
+            return wire.ControlReply(True, {"count": len(agents), "agents": agents})
+        error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown agent command '{command.command}'")
+        return wire.ControlReply(False, error=error)
 
     def _agent_ready(self, name: str) -> None:
         self.router.agent_ready(name)
