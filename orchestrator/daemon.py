@@ -32,7 +32,7 @@ from orchestrator.launcher import Launcher, LauncherKind, LaunchSpec, make_launc
 from orchestrator.lock import StateLock
 from orchestrator.reload import agent_fingerprints
 from orchestrator.router import Pending, Requester, Router
-from orchestrator.supervisor import HANG_TIMEOUT_S, Supervisor
+from orchestrator.supervisor import HANG_TIMEOUT_S, Exit, Supervisor
 from orchestrator.systemd import Notifier
 from orchestrator.watch import watch
 
@@ -201,12 +201,12 @@ class Daemon:
 
     async def _shutdown(self) -> None:
         self._log.info("orchestrator stopping", graceSeconds=self.grace_s)
+        self._stopping = True  # from now on, unanswered inputs stay in the journal
         self.notifier.stopping()
         self.notifier.stop_watchdog()
         send_shutdown = self._shutdown_sender("orchestrator_shutdown")
         await self.supervisor.stop_all(send_shutdown, self.grace_s)
         await self.launcher.aclose()
-        self._stopping = True
         self.router.fail_all(
             "E_SHUTTING_DOWN",
             "the orchestrator stopped before answering; the input is kept in its journal "
@@ -429,12 +429,21 @@ class Daemon:
         self.router.agent_ready(name)
         self.supervisor.set_busy(name, self.router.in_flight(name) > 0)
 
-    def _agent_exited(self, name: str, crashed: bool, start_error: str | None) -> None:
-        if start_error is not None:
+    def _agent_exited(self, exit: Exit) -> None:
+        name, crashed = exit.agent, exit.crashed
+        if exit.start_error is not None:
             self.router.fail_waiting(
-                name, "E_AGENT_START", f"agent '{name}' cannot start: {start_error}"
+                name, "E_AGENT_START", f"agent '{name}' cannot start: {exit.start_error}"
             )
             return
+        if crashed and not exit.was_ready and exit.consecutive_crashes >= 2:
+            # Dies before it is ready, again: don't let the requests wait for a fix.
+            self.router.fail_waiting(
+                name,
+                "E_AGENT_CRASHED",
+                f"agent '{name}' keeps crashing during start-up (exit code {exit.code}, "
+                f"{exit.consecutive_crashes} times in a row); see the orchestrator's log",
+            )
         code = "E_AGENT_CRASHED" if crashed else "E_AGENT_STOPPED"
         waiting = self.router.agent_gone(
             name,

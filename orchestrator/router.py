@@ -199,8 +199,9 @@ class Router:
         self.entry_agent = entry_agent
 
     def agent_gone(self, name: str, error_code: str, message: str) -> bool:
-        """The process ended. Redeliver what it was handling once; fail what was redelivered
-        already. Returns True when work is waiting for it (the caller should start it)."""
+        """The process ended (crashed, or was stopped before it finished). Redeliver what it
+        was handling once; fail what was redelivered already with `error_code`. Returns True
+        when work is waiting for it (the caller should start it)."""
         self._ready.discard(name)
         inbox = self._inbox[name]
         redeliver: list[tuple[bytes, Pending | None]] = []
@@ -209,7 +210,7 @@ class Router:
             if not pending.delivered:
                 continue  # never delivered: it simply waits for the next process
             pending.delivered = False
-            if pending.deliveries < MAX_DELIVERIES and error_code == "E_AGENT_CRASHED":
+            if pending.deliveries < MAX_DELIVERIES:
                 pending.deliveries += 1
                 redeliver.append((pending.frame, pending))
             else:

@@ -35,6 +35,17 @@ def crash_backoff(consecutive_crashes: int) -> float:
     return min(BACKOFF_INITIAL_S * 2.0**exponent, BACKOFF_MAX_S)
 
 
+class Exit(msgspec.Struct, frozen=True):
+    """How an agent's process ended, for the router to redeliver or fail its requests."""
+
+    agent: str
+    code: int | None
+    crashed: bool
+    was_ready: bool  # False: it died during start-up
+    consecutive_crashes: int
+    start_error: str | None = None  # the agent reported why it cannot start
+
+
 class ProcessInfo(msgspec.Struct, frozen=True):
     """One row of `goondan status`."""
 
@@ -70,10 +81,10 @@ class Supervisor:
         launcher: Launcher,
         *,
         on_ready: Callable[[str], None],
-        on_exit: Callable[[str, bool, str | None], None],
+        on_exit: Callable[[Exit], None],
         hang_timeout_s: float = HANG_TIMEOUT_S,
     ) -> None:
-        """`on_exit(name, crashed, start_error)` lets the router redeliver or fail requests."""
+        """`on_exit(exit)` lets the router redeliver or fail the agent's requests."""
         self.slots = {name: Slot(name) for name in agents}
         self.hang_timeout_s = hang_timeout_s
         self._watchdog: asyncio.Task[None] | None = None
@@ -154,13 +165,15 @@ class Supervisor:
             self._log.error("cannot start agent process", agent=slot.name, error=str(exc))
             slot.status = "crashed"
             slot.exited.set()
-            self._on_exit(slot.name, False, f"cannot start the agent process: {exc}")
+            error = f"cannot start the agent process: {exc}"
+            self._on_exit(Exit(slot.name, None, False, False, slot.consecutive_crashes, error))
             return
         self._log.debug("agent process started", agent=slot.name, pid=slot.process.pid)
         code = await slot.process.wait()
         self._exited(slot, code)
 
     def _exited(self, slot: Slot, code: int) -> None:
+        was_ready = slot.ready
         slot.process = None
         slot.ready = False
         clean = code == 0 or slot.stopping
@@ -183,7 +196,10 @@ class Supervisor:
             )
         slot.exited.set()
         slot.stopping = False
-        self._on_exit(slot.name, not clean and start_error is None, start_error)
+        crashed = not clean and start_error is None
+        self._on_exit(
+            Exit(slot.name, code, crashed, was_ready, slot.consecutive_crashes, start_error)
+        )
 
     def respawn(self, name: str) -> None:
         """Start again after a crash, at once or after the crash-loop back-off."""

@@ -128,3 +128,165 @@ def test_input_accepted_before_an_orchestrator_kill_is_answered_after_restart(
     # answered once: the journal is empty again
     wait_for(lambda: b'"done"' in (state_root / "run/journal.jsonl").read_bytes(), timeout=5)
     assert (workdir / "attempts").read_text() == "1"
+
+
+CRASHING_BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: scripted, model: s}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: crash}
+spec:
+  entry: ./crash.py
+  exports:
+    - name: run
+      description: never gets to run
+      parameters: {type: object, properties: {}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: solo}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools: [{ref: Tool/crash}]
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/solo
+  agents: [{ref: Agent/solo}]
+"""
+
+
+def test_crash_loop_backs_off_exponentially(start_daemon, tmp_path):
+    import json
+    from datetime import datetime
+
+    crash = "import os\nos._exit(7)  # dies while loading, every time\n"
+    bundle = write_bundle(tmp_path / "b", CRASHING_BUNDLE, {"crash.py": crash})
+    daemon = start_daemon(bundle)
+    proc = daemon.send("hi", timeout=10)
+    assert proc.returncode == 1 and "E_AGENT_CRASHED" in proc.stderr
+
+    def crashes():
+        return [
+            json.loads(line)
+            for line in daemon.logs().splitlines()
+            if line.startswith("{") and '"agent process crashed"' in line
+        ]
+
+    wait_for(lambda: len(crashes()) >= 8, timeout=15)
+    assert daemon.process("solo")["status"] in ("crashLoopBackOff", "spawning")
+    events = crashes()
+    at = [datetime.fromisoformat(e["timestamp"]).timestamp() for e in events]
+    assert [e["backoffSeconds"] for e in events[:8]] == [0, 0, 0, 0, 0, 1.0, 2.0, 4.0]
+    assert all(e["code"] == 7 for e in events)
+    # crashes 1-5 respawn at once; then the waits are 1 s and 2 s
+    assert at[4] - at[0] < 2
+    assert 0.9 < at[6] - at[5] < 1.6
+    assert 1.9 < at[7] - at[6] < 2.6
+
+
+SLOW_BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: scripted
+  model: s
+  options:
+    rules:
+      - when: "slow"
+        steps:
+          - call: slow__run
+            args: {}
+          - reply: "finished"
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: slow}
+spec:
+  entry: ./slow.py
+  exports:
+    - name: run
+      description: sleeps for the time in the file `delay` of the bundle
+      parameters: {type: object, properties: {}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: solo}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools: [{ref: Tool/slow}]
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/solo
+  agents: [{ref: Agent/solo}]
+  policy: {shutdown: {gracePeriodSeconds: GRACE}}
+"""
+SLOW = """\
+import time
+from pathlib import Path
+
+def run(ctx, args):
+    time.sleep(float((Path(__file__).parent / "delay").read_text()))
+    return {}
+
+handlers = {"run": run}
+"""
+
+
+def _slow_daemon(start_daemon, tmp_path, grace, delay):
+    import subprocess
+
+    from tests.e2e.conftest import GOONDAN
+
+    bundle = write_bundle(
+        tmp_path / "b", SLOW_BUNDLE.replace("GRACE", str(grace)), {"slow.py": SLOW, "delay": delay}
+    )
+    daemon = start_daemon(bundle)
+    assert daemon.send("warm up").returncode == 0  # the agent is running
+    sender = subprocess.Popen(
+        [*GOONDAN, "send", "slow", "--state-root", str(daemon.state_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(lambda: daemon.process("solo")["status"] == "processing", timeout=10)
+    return daemon, sender
+
+
+def test_graceful_stop_lets_the_running_turn_finish(start_daemon, tmp_path):
+    daemon, sender = _slow_daemon(start_daemon, tmp_path, grace=10, delay="1")
+    started = time.monotonic()
+    assert daemon.cli("stop").returncode == 0
+    out, err = sender.communicate(timeout=10)
+    assert sender.returncode == 0 and out.strip() == "finished", err
+    assert daemon.proc.wait(5) == 0
+    assert time.monotonic() - started < 5
+    assert "shutdown acknowledged" in daemon.logs() or "agent process exited" in daemon.logs()
+
+
+def test_stop_kills_an_agent_that_outlives_the_grace_period(start_daemon, tmp_path):
+    daemon, sender = _slow_daemon(start_daemon, tmp_path, grace=1, delay="30")
+    pid = daemon.process("solo")["pid"]
+    started = time.monotonic()
+    assert daemon.cli("stop").returncode == 0
+    assert daemon.proc.wait(10) == 0
+    assert time.monotonic() - started < 5
+    assert "agent did not stop in time; killing it" in daemon.logs()
+    assert not pid_alive(pid)
+    _, err = sender.communicate(timeout=10)
+    assert sender.returncode == 1 and "E_SHUTTING_DOWN" in err
+    assert "will be delivered when it starts again" in err
+    from orchestrator.journal import Journal
+
+    [kept] = Journal(daemon.state_root / "run" / "journal.jsonl").recover()
+    assert b"slow" in kept.frame
