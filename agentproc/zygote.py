@@ -75,6 +75,19 @@ def _child(argv: list[str], fds: tuple[int, ...]) -> None:
         os._exit(code)
 
 
+def warm_up(bundle: str | None) -> None:
+    """Load the daemon's bundle once, so every child inherits parsed modules and compiled
+    argument validators instead of building them itself."""
+    if bundle is None:
+        return
+    try:
+        from goondan.bundle import load_bundle
+
+        load_bundle(bundle)
+    except Exception:  # a broken bundle is reported by the agents themselves
+        pass
+
+
 def serve() -> int:
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     wake_r, wake_w = os.pipe()
@@ -115,4 +128,5 @@ def serve() -> int:
 
 if __name__ == "__main__":
     agentproc.main.die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
+    warm_up(sys.argv[2] if len(sys.argv) > 2 else None)
     raise SystemExit(serve())

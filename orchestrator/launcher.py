@@ -147,6 +147,7 @@ class ZygoteLauncher:
             "-m",
             "agentproc.zygote",
             str(os.getpid()),
+            str(self.spec.bundle),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=None,

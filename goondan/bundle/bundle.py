@@ -27,10 +27,18 @@ class Bundle:
         self._index: dict[tuple[str, str, str], Resource] = {
             (r.package, r.kind, r.name): r for r in resources
         }
+        local_package = self._index.get((LOCAL_SCOPE, "Package", package_name or ""))
+        # Packages the bundle declares it depends on: `Tool/bash` then also means
+        # `{kind: Tool, name: bash, package: "@goondan/base"}` (local resources win).
+        self.dependencies: tuple[str, ...] = (
+            tuple(d.name for d in local_package.spec.dependencies) if local_package else ()
+        )
 
     def find(self, ref: ObjectRef, from_package: str = LOCAL_SCOPE) -> Resource | None:
         """Resolve a reference: its own `package`, else the referrer's scope, else the local one."""
         scopes = [ref.package] if ref.package else [from_package, LOCAL_SCOPE]
+        if not ref.package and from_package == LOCAL_SCOPE:
+            scopes.extend(self.dependencies)
         if ref.package and ref.package == self.package_name:
             scopes.append(LOCAL_SCOPE)
         for scope in scopes:

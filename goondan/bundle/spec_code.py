@@ -10,8 +10,6 @@ import json
 from functools import lru_cache
 from typing import Any
 
-import fastjsonschema
-
 from goondan.bundle import codes
 from goondan.bundle.fields import Checker
 from goondan.bundle.files import check_file
@@ -23,6 +21,7 @@ from goondan.bundle.model import (
     ToolSpec,
 )
 from goondan.bundle.names import LLM_TOOL_NAME, TOOL_SEPARATOR, llm_tool_name
+from goondan.bundle.schemas import compile_schema
 from goondan.bundle.spec_agents import SPEC
 
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000  # upstream default for errorMessageLimit
@@ -168,7 +167,7 @@ def _parameters(chk: Checker, path: tuple[str | int, ...], value: Any) -> dict[s
 def _schema_problem(schema_json: str) -> str | None:
     """Compile the schema the way the agent process will; cached (base tools load every time)."""
     try:
-        fastjsonschema.compile(json.loads(schema_json))
+        compile_schema(json.loads(schema_json))
     except Exception as exc:  # fastjsonschema raises assorted errors for malformed schemas
         return str(exc) or type(exc).__name__
     return None

@@ -16,16 +16,12 @@ from goondan.bundle import Bundle, BundleInvalid, ConfigError, load_bundle
 def base_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """@goondan/base as shipped, copied so tests never depend on (or touch) base_tools/.
 
-    The Tool entry `agents.py` is copied when present, else a placeholder stands in for it:
-    the entry check applies to base resources too, and this suite tests the loader, not it.
+    Every Tool entry (`*.py`) is copied with it: the entry check applies to base resources too.
     """
     target = tmp_path_factory.mktemp("base")
     shutil.copy(REPO / "base_tools" / "goondan.yaml", target / "goondan.yaml")
-    agents = REPO / "base_tools" / "agents.py"
-    if agents.is_file():
-        shutil.copy(agents, target / "agents.py")
-    else:
-        (target / "agents.py").write_text("handlers = {}\n", encoding="utf-8")
+    for entry in (REPO / "base_tools").glob("*.py"):
+        shutil.copy(entry, target / entry.name)
     return target
 
 

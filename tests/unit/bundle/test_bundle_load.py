@@ -82,7 +82,13 @@ def test_agent_tools_include_base_package_tool(multi: Bundle, base_dir: Path) ->
     assert isinstance(base_tool.spec, ToolSpec)
     assert base_tool.source.root == base_dir.resolve()
     assert base_tool.entry_path() == (base_dir / "agents.py").resolve()
-    assert [e.name for e in base_tool.spec.exports] == ["request", "send", "catalog"]
+    assert [e.name for e in base_tool.spec.exports] == [
+        "request",
+        "send",
+        "spawn",
+        "list",
+        "catalog",
+    ]
     assert base_tool.spec.error_message_limit == 1500
     calc = tools[0]
     assert calc.entry_path() == (MULTI / "tools" / "calc.py").resolve()
@@ -238,3 +244,25 @@ def test_quickstart_style_bundle_loads_with_the_shipped_base(tmp_path: Path) -> 
     agents_tool = bundle.find(ObjectRef(kind="Tool", name="agents", package="@goondan/base"))
     assert agents_tool is not None
     assert agents_tool.source.root == (REPO / "base_tools").resolve()
+
+
+def test_short_refs_reach_a_declared_dependency(tmp_path: Path, load: Loader) -> None:
+    text = edit(
+        'version: "0.1.0"\n',
+        'version: "0.1.0"\n  dependencies:\n    - {name: "@goondan/base", version: "*"}\n',
+    )
+    text = edit('{kind: Tool, name: agents, package: "@goondan/base"}', "Tool/agents", text)
+    bundle = load(write_bundle(tmp_path, text))
+    tools = bundle.agent_tools(bundle.local("Agent", "coder"))
+    assert [(t.package, t.name) for t in tools] == [
+        (LOCAL_SCOPE, "calc"),
+        ("@goondan/base", "agents"),
+    ]
+
+
+def test_short_refs_do_not_reach_an_undeclared_package(
+    tmp_path: Path, errors_of: Callable[[Path], list]
+) -> None:
+    text = edit('{kind: Tool, name: agents, package: "@goondan/base"}', "Tool/agents")
+    [error] = errors_of(write_bundle(tmp_path, text))
+    assert error.code == "E_CONFIG_REF_NOT_FOUND"
