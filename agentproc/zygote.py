@@ -52,13 +52,13 @@ def _child(argv: list[str], fds: tuple[int, ...]) -> None:
     """In the forked child: drop the template's plumbing, then become an agent process."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for fd in fds:
-        os.close(fd)
-    # stdin becomes /dev/null; stdout goes to stderr (stdout of the daemon is for answers).
+    # stdin becomes /dev/null and stdout goes to stderr (stdout of the daemon is for answers);
+    # dup2 over the template's pipes, so fds 0-2 always stay taken (libuv insists on it).
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    os.close(devnull)
     os.dup2(2, 1)
+    for fd in {devnull, *fds} - {0, 1, 2}:
+        os.close(fd)
     gc.unfreeze()
     code = 1
     try:

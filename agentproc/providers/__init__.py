@@ -1,36 +1,112 @@
 """Model providers behind one small interface; `make_provider` is the one place that picks one.
 
 Each provider module is imported only when a Model uses it, so an agent on the scripted model
-never pays for the `openai` SDK import.
+never pays for the `openai` or `anthropic` SDK import.
+
+What `make_provider` returns for `openai` and `anthropic` is a `ResilientProvider`
+(`resilience.py`): the Model's adapter plus its `options.fallbacks`, with retries, backoff,
+`retry-after`, first-token and whole-call timeouts. The turn loop calls `complete()` and gets a
+`ModelReply` or, once all that is used up, a `ModelError`.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Protocol
 
-from agentproc.messages import ModelReply, ModelRequest
-from goondan.bundle.model import ModelSpec
+from agentproc.messages import ModelError, ModelReply, ModelRequest
+from agentproc.providers._common import Backend, TextCallback
+from agentproc.providers.resilience import ResilientProvider, RetryPolicy, parse_fallbacks
+from goondan.bundle.model import ModelCapabilities, ModelSpec
 
 
 class Provider(Protocol):
-    async def complete(self, request: ModelRequest) -> ModelReply: ...
+    async def complete(
+        self, request: ModelRequest, *, on_text: TextCallback | None = None
+    ) -> ModelReply:
+        """One model reply. With `capabilities.streaming: true`, `on_text` receives the reply's
+        text piece by piece as it arrives (never called for a non-streaming model)."""
+        ...
 
     async def aclose(self) -> None: ...
 
 
-PROVIDERS = ("scripted", "openai")
+PROVIDERS = ("scripted", "openai", "anthropic")
+_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 def make_provider(spec: ModelSpec, api_key: str | None) -> Provider:
-    """Build the provider for a Model resource. Raises `ValueError` for an unknown provider."""
+    """Build the provider for a Model resource. Raises `ValueError` for an unknown provider and
+    `ModelError` (code `E_MODEL_CONFIG` / `E_MODEL_AUTH`) for unusable options or keys."""
+    if spec.provider == "scripted" and "fallbacks" not in spec.options:
+        # Deterministic and offline: nothing to retry, nothing to fall back from.
+        from agentproc.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider(spec)
+    policy = RetryPolicy.from_options(spec.options)
+    fallbacks = parse_fallbacks(spec.options)
+    chain: list[tuple[Backend, RetryPolicy]] = [(_backend(spec, api_key, policy), policy)]
+    for index, fallback in enumerate(fallbacks):
+        where = f"Model.spec.options.fallbacks[{index}]"
+        provider = fallback.provider or spec.provider
+        same = provider == spec.provider
+        endpoint = fallback.endpoint or (spec.endpoint if same else None)
+        if fallback.api_key_env:
+            key = os.environ.get(fallback.api_key_env)
+            if not key:
+                raise ModelError(
+                    f"{where}.apiKeyEnv: the environment variable {fallback.api_key_env} "
+                    "is not set; export it, or remove the fallback",
+                    code="E_MODEL_AUTH",
+                )
+        else:
+            key = api_key if same and endpoint == spec.endpoint else None
+        fallback_spec = ModelSpec(
+            provider=provider,
+            model=fallback.model,
+            endpoint=endpoint,
+            options=fallback.options,
+            capabilities=ModelCapabilities(
+                streaming=(
+                    spec.capabilities.streaming
+                    if fallback.streaming is None
+                    else fallback.streaming
+                ),
+                tool_calling=spec.capabilities.tool_calling,
+            ),
+        )
+        fallback_policy = RetryPolicy.from_options(fallback.options, base=policy)
+        try:
+            backend = _backend(fallback_spec, key, fallback_policy)
+        except ModelError as exc:
+            if exc.code == "E_MODEL_AUTH" and key is None:
+                variable = _KEY_ENV.get(provider, "the variable holding the key")
+                raise ModelError(
+                    f"{where}: the {provider} provider needs an API key for "
+                    f"{fallback.endpoint or 'its public API'}; set apiKeyEnv to the environment "
+                    f"variable that holds it (e.g. apiKeyEnv: {variable})",
+                    code="E_MODEL_AUTH",
+                ) from None
+            raise ModelError(f"{where}: {exc}", code=exc.code) from None
+        except ValueError as exc:
+            raise ModelError(f"{where}: {exc}", code="E_MODEL_CONFIG") from None
+        chain.append((backend, fallback_policy))
+    return ResilientProvider(chain)
+
+
+def _backend(spec: ModelSpec, api_key: str | None, policy: RetryPolicy) -> Backend:
+    if spec.provider == "openai":
+        from agentproc.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(spec, api_key, policy)
+    if spec.provider == "anthropic":
+        from agentproc.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(spec, api_key, policy)
     if spec.provider == "scripted":
         from agentproc.providers.scripted import ScriptedProvider
 
         return ScriptedProvider(spec)
-    if spec.provider == "openai":
-        from agentproc.providers.openai import OpenAIProvider
-
-        return OpenAIProvider(spec, api_key)
     raise ValueError(
         f"Model provider '{spec.provider}' is not supported (supported: {', '.join(PROVIDERS)})"
     )

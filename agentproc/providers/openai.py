@@ -5,36 +5,51 @@ Model resource knobs (`Model.spec`):
 
 - `endpoint`: base URL such as `http://127.0.0.1:8080/v1`; default the public OpenAI API.
 - `apiKey`: required for the public API; a local server that needs none may omit it.
+- `capabilities.streaming: true`: stream the reply (SSE); text reaches `on_text` as it arrives
+  and usage is requested with `stream_options.include_usage`.
 - `options` (all optional):
-  `timeoutSeconds` (default 120) - per HTTP attempt;
-  `maxRetries` (default 2) - SDK retries on connection errors, 408/409/429/5xx, with backoff;
   `organization`, `project` - OpenAI account scoping headers;
   `headers` - extra HTTP headers (e.g. OpenRouter's `HTTP-Referer`, `X-Title`);
+  retries, timeouts and fallbacks - see `agentproc.providers.resilience`;
   any other key is a request default, spelled like an Agent param (below).
 
 Agent `modelConfig.params` map as `temperature`, `topP`/`top_p` -> `top_p`,
 `maxTokens`/`max_tokens` -> `max_tokens` (and a few more in `_PARAM_NAMES`); unknown ones go into
 the request body verbatim (e.g. vLLM's `repetition_penalty`). Agent params win over `options`.
+
+One `complete` is one HTTP attempt (the SDK's retries are off); `ResilientProvider` retries.
 """
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import openai
 
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
+from agentproc.providers._common import (
+    E_MODEL_STREAM_INTERRUPTED,
+    ChunkCallback,
+    ProviderError,
+    TextCallback,
+    close_quietly,
+    headers_option,
+    is_transport_error,
+    optional_str,
+    retry_after_seconds,
+    root_cause,
+)
+from agentproc.providers.resilience import POLICY_OPTIONS, RetryPolicy
 from goondan.bundle.model import ModelSpec
 
 DEFAULT_ENDPOINT = "https://api.openai.com/v1"
-DEFAULT_TIMEOUT_SECONDS = 120.0
-DEFAULT_MAX_RETRIES = 2
 # Local servers (vLLM, Ollama, llama.cpp) ignore the key, but the SDK insists on one.
 LOCAL_PLACEHOLDER_KEY = "not-needed"
 
-# Options that configure the client rather than the request body.
-_CLIENT_OPTIONS = frozenset({"timeoutSeconds", "maxRetries", "organization", "project", "headers"})
+# Options that configure the client (or the retry wrapper) rather than the request body.
+_CLIENT_OPTIONS = frozenset({"organization", "project", "headers"}) | POLICY_OPTIONS
 
 # Agent params the SDK knows as keyword arguments, with the YAML spellings we accept.
 _PARAM_NAMES: dict[str, str] = {
@@ -57,18 +72,15 @@ _PARAM_NAMES: dict[str, str] = {
 class OpenAIProvider:
     """One `AsyncOpenAI` client per agent process, reused across Turns for connection pooling."""
 
-    def __init__(self, spec: ModelSpec, api_key: str | None) -> None:
+    def __init__(
+        self, spec: ModelSpec, api_key: str | None, policy: RetryPolicy | None = None
+    ) -> None:
         self._model = spec.model
         self._endpoint = spec.endpoint or DEFAULT_ENDPOINT
+        self.label = f"model '{self._model}' at {self._endpoint}"
+        self.streaming = spec.capabilities.streaming
         options = dict(spec.options)
-        self._timeout = _positive_number(options, "timeoutSeconds", DEFAULT_TIMEOUT_SECONDS)
-        max_retries = _non_negative_int(options, "maxRetries", DEFAULT_MAX_RETRIES)
-        headers = options.get("headers") or {}
-        if not isinstance(headers, dict):
-            raise ModelError(
-                "Model.spec.options.headers must be a map of header name to value",
-                code="E_MODEL_CONFIG",
-            )
+        policy = policy or RetryPolicy.from_options(options)
         # Request-level options are defaults under the Agent's params (see `complete`).
         self._default_kwargs, self._default_body = _split_params(
             {k: v for k, v in options.items() if k not in _CLIENT_OPTIONS}
@@ -78,14 +90,20 @@ class OpenAIProvider:
         self._client = openai.AsyncOpenAI(
             api_key=_resolve_key(api_key, spec.endpoint),
             base_url=self._endpoint,
-            organization=_optional_str(options, "organization"),
-            project=_optional_str(options, "project"),
-            timeout=self._timeout,
-            max_retries=max_retries,
-            default_headers={str(k): str(v) for k, v in headers.items()},
+            organization=optional_str(options, "organization"),
+            project=optional_str(options, "project"),
+            timeout=policy.sdk_timeout,
+            max_retries=0,  # ResilientProvider retries, the same way for every provider
+            default_headers=headers_option(options),
         )
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextCallback | None = None,
+        on_chunk: ChunkCallback | None = None,
+    ) -> ModelReply:
         # Merged before the call, not left to the SDK: it would let extra_body override a
         # same-named keyword, and a Model default must never beat the Agent's own params.
         param_kwargs, param_body = _split_params(request.params)
@@ -103,12 +121,13 @@ class OpenAIProvider:
                 }
                 for tool in request.tools
             ]
+        if self.streaming:
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}
+        messages = cast(Any, [_wire_message(m) for m in request.messages])
         try:
-            completion = await self._client.chat.completions.create(
-                model=self._model,
-                messages=cast(Any, [_wire_message(m) for m in request.messages]),
-                extra_body=body or None,
-                **kwargs,
+            response = await self._client.chat.completions.create(
+                model=self._model, messages=messages, extra_body=body or None, **kwargs
             )
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise self._unreachable(exc) from exc
@@ -116,7 +135,9 @@ class OpenAIProvider:
             raise self._status_error(exc) from exc
         except openai.OpenAIError as exc:
             raise ModelError(f"{self._where()} failed: {exc}") from exc
-        return self._reply(completion)
+        if self.streaming:
+            return await self._read_stream(response, on_text, on_chunk)
+        return self._reply(response)
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -132,54 +153,140 @@ class OpenAIProvider:
             )
         choice = choices[0]
         message = choice.message
-        usage = getattr(completion, "usage", None)
         return ModelReply(
             text=message.content,
             tool_calls=tuple(_tool_call(call) for call in message.tool_calls or ()),
-            usage=Usage(
-                input_tokens=(getattr(usage, "prompt_tokens", None) or 0),
-                output_tokens=(getattr(usage, "completion_tokens", None) or 0),
-            ),
+            usage=_usage(getattr(completion, "usage", None)),
             finish_reason=choice.finish_reason,
         )
 
+    async def _read_stream(
+        self, stream: Any, on_text: TextCallback | None, on_chunk: ChunkCallback | None
+    ) -> ModelReply:
+        text: list[str] = []
+        calls: dict[int, _PartialCall] = {}
+        finish_reason: str | None = None
+        usage: Any = None
+        chunks = 0
+        try:
+            async for chunk in stream:
+                chunks += 1
+                if on_chunk is not None:
+                    on_chunk()
+                if getattr(chunk, "usage", None) is not None:
+                    usage = chunk.usage
+                choices = getattr(chunk, "choices", None)
+                if not choices:
+                    continue  # the include_usage chunk has no choices
+                choice = choices[0]
+                delta = getattr(choice, "delta", None)
+                if delta is not None:
+                    content = getattr(delta, "content", None)
+                    if content:
+                        text.append(content)
+                        if on_text is not None:
+                            on_text(content)
+                    for position, call_delta in enumerate(getattr(delta, "tool_calls", None) or ()):
+                        index = getattr(call_delta, "index", None)
+                        key = index if isinstance(index, int) else len(calls) + position
+                        calls.setdefault(key, _PartialCall()).add(call_delta)
+                if choice.finish_reason:
+                    finish_reason = choice.finish_reason
+        except openai.APIStatusError as exc:
+            raise self._status_error(exc) from exc
+        except openai.APIError as exc:  # an error event inside the stream, or a broken connection
+            raise self._stream_error(exc, chunks) from exc
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            raise self._interrupted(root_cause(exc), chunks) from exc
+        finally:
+            await close_quietly(stream)
+        if chunks == 0:
+            # e.g. a web UI answering 200 at the configured endpoint: no SSE events at all.
+            raise ModelError(
+                f"{self._where()} did not stream a chat completion; is Model.spec.endpoint an "
+                "OpenAI-compatible API (usually ending in /v1)?"
+            )
+        if finish_reason is None:
+            raise self._interrupted("the stream ended without a finish_reason", chunks)
+        return ModelReply(
+            text="".join(text) if text else None,
+            tool_calls=tuple(calls[key].tool_call() for key in sorted(calls)),
+            usage=_usage(usage),
+            finish_reason=finish_reason,
+        )
+
     def _where(self) -> str:
-        return f"model '{self._model}' at {self._endpoint}"
+        return self.label
 
     def _unreachable(self, exc: openai.APIConnectionError) -> ModelError:
         if isinstance(exc, openai.APITimeoutError):
             message = (
-                f"{self._where()} did not answer within {self._timeout:g}s "
-                "(a slow model may need a larger Model.spec.options.timeoutSeconds)"
+                f"{self._where()} did not answer in time (a slow model may need a larger "
+                "Model.spec.options.timeoutSeconds)"
             )
         else:
-            message = (
-                f"cannot reach {self._where()}: {_connection_failure(exc)}; "
-                "check Model.spec.endpoint"
-            )
+            message = f"cannot reach {self._where()}: {root_cause(exc)}; check Model.spec.endpoint"
         return ModelError(message, code="E_MODEL_UNREACHABLE", retryable=True)
+
+    def _interrupted(self, reason: str, chunks: int) -> ModelError:
+        return ModelError(
+            f"{self._where()} broke off the stream after {chunks} chunks: {reason}",
+            code=E_MODEL_STREAM_INTERRUPTED,
+            retryable=True,
+        )
+
+    def _stream_error(self, exc: openai.APIError, chunks: int) -> ModelError:
+        if isinstance(exc, openai.APIConnectionError):
+            return self._interrupted(root_cause(exc), chunks)
+        # An error object sent inside the stream (OpenRouter, vLLM do this); it may carry an
+        # HTTP-like code. Anything but a client error is worth another try.
+        code = exc.body.get("code") if isinstance(exc.body, dict) else None
+        status = (
+            int(code) if isinstance(code, int) or (isinstance(code, str) and code.isdigit()) else 0
+        )
+        detail = exc.message or "an error event in the stream"
+        if status == 429:
+            return ModelError(
+                f"{self._where()} is rate limiting ({detail})",
+                code="E_MODEL_RATE_LIMITED",
+                retryable=True,
+            )
+        if 400 <= status < 500 and status != 408:
+            return ModelError(
+                f"{self._where()} rejected the request mid-stream ({detail})",
+                code="E_MODEL_BAD_REQUEST",
+            )
+        return ModelError(
+            f"{self._where()} failed mid-stream after {chunks} chunks ({detail})",
+            code="E_MODEL_UNAVAILABLE",
+            retryable=True,
+        )
 
     def _status_error(self, exc: openai.APIStatusError) -> ModelError:
         status = exc.status_code
         detail = f"HTTP {status}: {_server_message(exc)}"
+        retry_after = retry_after_seconds(exc.response.headers)
         if status in (401, 403):
             return ModelError(
                 f"{self._where()} rejected the API key ({detail}); check Model.spec.apiKey",
                 code="E_MODEL_AUTH",
             )
         if status == 429:
-            retry_after = exc.response.headers.get("retry-after")
-            hint = f" (retry after {retry_after}s)" if retry_after else ""
-            return ModelError(
+            hint = f" (retry after {retry_after:g}s)" if retry_after is not None else ""
+            return ProviderError(
                 f"{self._where()} is rate limiting{hint} ({detail})",
                 code="E_MODEL_RATE_LIMITED",
                 retryable=True,
+                retry_after=retry_after,
             )
         if status == 408 or status >= 500:
-            return ModelError(
+            return ProviderError(
                 f"{self._where()} is unavailable ({detail})",
                 code="E_MODEL_UNAVAILABLE",
                 retryable=True,
+                retry_after=retry_after,
             )
         hint = ""
         if status == 404:
@@ -191,6 +298,43 @@ class OpenAIProvider:
             f"{self._where()} rejected the request ({detail}){hint}",
             code="E_MODEL_BAD_REQUEST",
         )
+
+
+@dataclass
+class _PartialCall:
+    """One tool call assembled from stream deltas (id and name once, arguments in pieces)."""
+
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+    def add(self, delta: Any) -> None:
+        if getattr(delta, "id", None):
+            self.id = delta.id
+        function = getattr(delta, "function", None)
+        if function is None:
+            return
+        name = getattr(function, "name", None)
+        if name and not self.name:
+            # Some servers repeat the name in every delta; it is never split.
+            self.name = name
+        piece = getattr(function, "arguments", None)
+        if piece:
+            self.arguments.append(piece)
+
+    def tool_call(self) -> ToolCall:
+        return ToolCall(
+            id=self.id or f"call_{uuid.uuid4().hex[:24]}",
+            name=self.name,
+            arguments="".join(self.arguments),
+        )
+
+
+def _usage(usage: Any) -> Usage:
+    return Usage(
+        input_tokens=(getattr(usage, "prompt_tokens", None) or 0),
+        output_tokens=(getattr(usage, "completion_tokens", None) or 0),
+    )
 
 
 def _resolve_key(api_key: str | None, endpoint: str | None) -> str:
@@ -263,20 +407,6 @@ def _tool_call(call: Any) -> ToolCall:
     )
 
 
-def _connection_failure(exc: BaseException) -> str:
-    # The SDK says only "Connection error." and the transport "All connection attempts
-    # failed"; the OS error at the bottom of the chain is what tells the user what is wrong.
-    root = exc
-    for _ in range(10):
-        inner = root.__cause__ or root.__context__
-        if inner is None:
-            break
-        root = inner
-    if isinstance(root, ConnectionRefusedError):
-        return "connection refused (is the server running on that port?)"
-    return str(root) or type(root).__name__
-
-
 def _server_message(exc: openai.APIStatusError) -> str:
     # The SDK has already unwrapped {"error": {...}}; servers differ in what is inside.
     body = exc.body
@@ -288,28 +418,3 @@ def _server_message(exc: openai.APIStatusError) -> str:
     if isinstance(body, str) and body:
         return body[:500]
     return exc.message
-
-
-def _positive_number(options: dict[str, Any], key: str, default: float) -> float:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ModelError(
-            f"Model.spec.options.{key} must be a positive number of seconds, got {value!r}",
-            code="E_MODEL_CONFIG",
-        )
-    return float(value)
-
-
-def _non_negative_int(options: dict[str, Any], key: str, default: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ModelError(
-            f"Model.spec.options.{key} must be a whole number >= 0, got {value!r}",
-            code="E_MODEL_CONFIG",
-        )
-    return value
-
-
-def _optional_str(options: dict[str, Any], key: str) -> str | None:
-    value = options.get(key)
-    return None if value is None else str(value)

@@ -29,6 +29,7 @@ from typing import Any
 import msgspec
 
 from agentproc.messages import Message, ModelReply, ModelRequest, ToolCall, Usage
+from agentproc.providers._common import ChunkCallback, TextCallback
 from goondan.bundle.model import ModelSpec
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([^}|]+?)\s*(?:\|\s*(\w+)\s*)?\}\}")
@@ -69,11 +70,20 @@ class ScriptedProvider:
         except (msgspec.ValidationError, re.error) as exc:
             raise ScriptError(f"Model '{spec.model}': invalid scripted options: {exc}") from None
         self._default = script.default
+        self.label = f"scripted model '{spec.model}'"
+        self.streaming = False
 
     async def aclose(self) -> None:
         return None
 
-    async def complete(self, request: ModelRequest) -> ModelReply:
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextCallback | None = None,
+        on_chunk: ChunkCallback | None = None,
+    ) -> ModelReply:
+        # Replies are whole at once: `on_text` (streaming text) is never called.
         turn = _current_turn(request.messages)
         user_text = (turn[0].content or "") if turn else ""
         results = _results(turn)

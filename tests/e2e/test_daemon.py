@@ -35,6 +35,10 @@ def test_send_status_and_stop(start_daemon, state_root):
     assert daemon.proc.wait(10) == 0
     assert not any(pid_alive(r["pid"]) for r in rows.values())
     assert not (state_root / "run" / "orchestrator.json").exists()
+    # every agent drained, acknowledged and exited cleanly
+    logs = daemon.logs()
+    assert logs.count('"agent process exited"') == 2 and logs.count('"code": 0') >= 2
+    assert "Assertion" not in logs and "Traceback" not in logs
 
 
 def test_conversation_continues_across_sends(start_daemon, state_root):

@@ -117,3 +117,49 @@ def test_systemd_notifications(start_daemon, bundle, state_root):
         assert daemon.proc.wait(10) == 0
     finally:
         sock.close()
+
+
+SELF_RESTART = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: scripted
+  model: s
+  options:
+    rules:
+      - when: "restart"
+        steps:
+          - call: self-restart__request
+            args: {reason: "new config"}
+          - reply: "restarting: {{result.restartRequested}}"
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: solo}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools: [{ref: {kind: Tool, name: self-restart, package: "@goondan/base"}}]
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/solo
+  agents: [{ref: Agent/solo}]
+"""
+
+
+def test_self_restart_tool_restarts_the_swarm(start_daemon, tmp_path):
+    from tests.e2e.conftest import write_bundle
+
+    daemon = start_daemon(write_bundle(tmp_path / "b", SELF_RESTART))
+    assert daemon.send("hello").returncode == 0
+    old = daemon.process("solo")["pid"]
+    reply = daemon.send("please restart")
+    assert reply.stdout.strip() == "restarting: true"
+    wait_for(lambda: daemon.process("solo")["pid"] not in (None, old))
+    logs = daemon.logs()
+    assert "swarm restart requested by an agent" in logs and '"reason": "new config"' in logs
+    assert '"restarted": ["solo"]' in logs
+    assert daemon.send("hello").stdout.strip() == "You said: hello"

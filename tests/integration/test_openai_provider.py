@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +18,7 @@ from agentproc.messages import (
     Usage,
 )
 from agentproc.providers import Provider, make_provider
-from goondan.bundle.model import ModelSpec
+from goondan.bundle.model import ModelCapabilities, ModelSpec
 from tests.fakes.openai_server import FakeOpenAIServer, FakeOpenAIServerThread
 
 KEY = "sk-test-123"
@@ -34,13 +35,16 @@ async def server() -> AsyncIterator[FakeOpenAIServer]:
         yield fake
 
 
-def provider_for(endpoint: str | None, api_key: str | None = KEY, **options: Any) -> Provider:
+def provider_for(
+    endpoint: str | None, api_key: str | None = KEY, *, streaming: bool = False, **options: Any
+) -> Provider:
     # maxRetries 0 unless a test is about retries: error tests must see one attempt, fast.
     spec = ModelSpec(
         provider="openai",
         model="gpt-test",
         endpoint=endpoint,
-        options={"maxRetries": 0, **options},
+        options={"maxRetries": 0, "retryBaseDelayMs": 1, **options},
+        capabilities=ModelCapabilities(streaming=streaming),
     )
     return make_provider(spec, api_key)
 
@@ -328,7 +332,7 @@ async def test_slow_server_times_out_per_timeout_seconds(server: FakeOpenAIServe
     with pytest.raises(ModelError) as caught:
         await complete(provider_for(server.base_url, timeoutSeconds=0.2), ask())
 
-    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_UNREACHABLE", True)
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_TIMEOUT", True)
     assert "timeoutSeconds" in str(caught.value)
 
 
@@ -372,3 +376,118 @@ async def test_thread_server_serves_a_client_on_another_loop() -> None:
         assert second.text == "echo: thanks"
         assert [r["messages"][-1]["content"] for r in fake.requests] == ["where am I?", "thanks"]
         assert fake.pending == 0
+
+
+# --- streaming (SSE) ---------------------------------------------------------------------------
+
+
+async def test_streaming_text_reaches_on_text_in_order(server: FakeOpenAIServer) -> None:
+    server.queue_reply(chunks=["Hel", "lo ", "there", "!"], usage=(7, 4))
+    seen: list[str] = []
+
+    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), seen)
+
+    assert seen == ["Hel", "lo ", "there", "!"]
+    assert reply.text == "Hello there!"
+    assert reply.tool_calls == ()
+    assert reply.finish_reason == "stop"
+    assert reply.usage == Usage(input_tokens=7, output_tokens=4)
+    body = server.requests[0]
+    assert body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+
+
+async def test_streaming_assembles_tool_call_deltas(server: FakeOpenAIServer) -> None:
+    server.queue_reply(
+        text="Let me look.",
+        tool_calls=[
+            {"id": "call_a", "name": "bash", "arguments": {"cmd": "ls -la /tmp"}},
+            {"id": "call_b", "name": "read", "arguments": {"path": "/etc/hostname"}},
+        ],
+    )
+    seen: list[str] = []
+
+    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), seen)
+
+    assert "".join(seen) == "Let me look."
+    assert reply.text == "Let me look."
+    assert reply.tool_calls == (
+        ToolCall(id="call_a", name="bash", arguments='{"cmd": "ls -la /tmp"}'),
+        ToolCall(id="call_b", name="read", arguments='{"path": "/etc/hostname"}'),
+    )
+    assert reply.finish_reason == "tool_calls"
+
+
+async def test_streaming_passes_malformed_arguments_through(server: FakeOpenAIServer) -> None:
+    server.queue_reply(tool_calls=[{"id": "call_x", "name": "bash", "arguments": '{"cmd": "ls'}])
+
+    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+
+    assert reply.text is None
+    assert reply.tool_calls == (ToolCall(id="call_x", name="bash", arguments='{"cmd": "ls'),)
+
+
+async def test_streaming_without_usage_chunk_or_call_ids(server: FakeOpenAIServer) -> None:
+    # A lenient server: no include_usage chunk, a tool call delta with no id.
+    events = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {
+                        "tool_calls": [
+                            {"index": 0, "function": {"name": "bash", "arguments": '{"cmd"'}}
+                        ]
+                    },
+                    "finish_reason": None,
+                }
+            ]
+        },
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": ': "ls"}'}}]},
+                    "finish_reason": None,
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    stream = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    server.queue_raw(200, stream, headers={"Content-Type": "text/event-stream"})
+
+    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+
+    assert [(c.name, c.arguments) for c in reply.tool_calls] == [("bash", '{"cmd": "ls"}')]
+    assert reply.tool_calls[0].id
+    assert reply.usage == Usage()
+
+
+async def test_stream_cut_mid_way_is_a_retryable_interruption(server: FakeOpenAIServer) -> None:
+    server.queue_reply(text="one two three four five", cut_after=3)
+
+    with pytest.raises(ModelError) as caught:
+        await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_STREAM_INTERRUPTED", True)
+    assert "broke off the stream" in str(caught.value)
+
+
+async def test_streaming_errors_before_the_stream_map_like_json_ones(
+    server: FakeOpenAIServer,
+) -> None:
+    server.queue_error(401, "Incorrect API key provided.")
+
+    with pytest.raises(ModelError) as caught:
+        await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+
+    assert (caught.value.code, caught.value.retryable) == ("E_MODEL_AUTH", False)
+
+
+async def complete_streaming(provider: Provider, request: ModelRequest, seen: list[str]) -> Any:
+    try:
+        return await provider.complete(request, on_text=seen.append)
+    finally:
+        await provider.aclose()

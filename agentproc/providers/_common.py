@@ -1,0 +1,172 @@
+"""What the provider adapters share: the backend interface, errors that carry `retry-after`,
+option parsing and transport-failure descriptions."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from agentproc.messages import ModelError, ModelReply, ModelRequest
+
+TextCallback = Callable[[str], None]
+"""Receives each piece of reply text as a streaming model produces it."""
+
+ChunkCallback = Callable[[], None]
+"""Called for every stream event, text or not: what the first-token and idle timeouts watch."""
+
+# Codes a provider raises besides the ones of the HTTP status mapping.
+E_MODEL_TIMEOUT = "E_MODEL_TIMEOUT"
+E_MODEL_STREAM_INTERRUPTED = "E_MODEL_STREAM_INTERRUPTED"
+
+
+class Backend(Protocol):
+    """One model at one endpoint, tried once per `complete`; `ResilientProvider` does the rest
+    (retries, timeouts, fallbacks)."""
+
+    label: str  # "model 'gpt-4o' at https://...", for messages and logs
+    streaming: bool
+
+    async def complete(
+        self,
+        request: ModelRequest,
+        *,
+        on_text: TextCallback | None = None,
+        on_chunk: ChunkCallback | None = None,
+    ) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+class ProviderError(ModelError):
+    """A `ModelError` that also says how long the server asked us to wait (`retry-after`)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str = "E_MODEL",
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, code=code, retryable=retryable)
+        self.retry_after = retry_after
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    value = getattr(exc, "retry_after", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def retry_after_seconds(
+    headers: Mapping[str, str] | None, now: float | None = None
+) -> float | None:
+    """Seconds the server asked us to wait: `retry-after-ms` (OpenAI), else `retry-after` as
+    seconds or as an HTTP date. None when absent or unreadable."""
+    if not headers:
+        return None
+    millis = _header(headers, "retry-after-ms")
+    if millis is not None:
+        seconds = _finite(millis)
+        if seconds is not None:
+            return max(0.0, seconds / 1000.0)
+    value = _header(headers, "retry-after")
+    if value is None:
+        return None
+    seconds = _finite(value)
+    if seconds is not None:
+        return max(0.0, seconds)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is always GMT
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        # A plain dict from a test or a proxy may not be case-insensitive.
+        for key, item in headers.items():
+            if key.lower() == name:
+                return item
+    return value
+
+
+def _finite(text: str) -> float | None:
+    try:
+        number = float(text.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """An error of the HTTP stack under the SDKs (a connection reset, an incomplete chunked
+    body), raised while a stream is read; the SDKs do not always wrap those."""
+    if isinstance(exc, OSError | asyncio.IncompleteReadError | EOFError):
+        return True
+    root = type(exc).__module__.split(".")[0]
+    return root in {"httpx", "httpx2", "httpcore", "h11", "h2", "anyio", "aiohttp"}
+
+
+def root_cause(exc: BaseException) -> str:
+    """The OS-level reason at the bottom of an exception chain, in words a user can act on."""
+    root = exc
+    for _ in range(10):
+        inner = root.__cause__ or root.__context__
+        if inner is None:
+            break
+        root = inner
+    if isinstance(root, ConnectionRefusedError):
+        return "connection refused (is the server running on that port?)"
+    return str(root) or type(root).__name__
+
+
+def positive_number(options: Mapping[str, Any], key: str, default: float, unit: str) -> float:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ModelError(
+            f"Model.spec.options.{key} must be a positive number of {unit}, got {value!r}",
+            code="E_MODEL_CONFIG",
+        )
+    return float(value)
+
+
+def non_negative_int(options: Mapping[str, Any], key: str, default: int) -> int:
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ModelError(
+            f"Model.spec.options.{key} must be a whole number >= 0, got {value!r}",
+            code="E_MODEL_CONFIG",
+        )
+    return value
+
+
+def optional_str(options: Mapping[str, Any], key: str) -> str | None:
+    value = options.get(key)
+    return None if value is None else str(value)
+
+
+def headers_option(options: Mapping[str, Any]) -> dict[str, str]:
+    headers = options.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise ModelError(
+            "Model.spec.options.headers must be a map of header name to value",
+            code="E_MODEL_CONFIG",
+        )
+    return {str(k): str(v) for k, v in headers.items()}
+
+
+async def close_quietly(stream: Any) -> None:
+    """Close an SDK stream; a stream whose connection already broke may fail to close, and that
+    must not hide the error that broke it."""
+    try:
+        await stream.close()
+    except Exception:  # noqa: BLE001 - best effort on an already failed stream
+        pass
