@@ -22,6 +22,8 @@ READY: Final = "ready"
 START_ERROR: Final = "start_error"  # the agent could not start (bad tool module, bad model...)
 HEARTBEAT: Final = "heartbeat"
 RESTART_REQUEST: Final = "restart_request"  # an agent asks for a swarm restart (self-restart)
+CONNECTOR_EVENT: Final = "connector_event"  # a connector process -> orchestrator
+EVENT_ACK: Final = "event_ack"  # orchestrator -> connector: journaled (or refused), same id
 CONTROL: Final = "control"  # CLI -> orchestrator command
 CONTROL_REPLY: Final = "control_reply"
 
@@ -96,6 +98,36 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
 class Shutdown(msgspec.Struct, frozen=True, rename="camel"):
     reason: str  # "orchestrator_shutdown" | "restart" | "config_change"
     grace_period_ms: int
+
+
+class ConnectorMessage(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What a connector received: text, or an image/file by URL (upstream's three forms)."""
+
+    type: Literal["text", "image", "file"] = "text"
+    text: str | None = None
+    url: str | None = None
+    name: str | None = None
+
+
+class ConnectorEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """An event a connector emits. The orchestrator applies the Connection's ingress rules and
+    runs one turn for it. With `reply`, the agent's answer comes back as a `delegate_result`
+    carrying the event's correlationId (after the `event_ack`)."""
+
+    name: str
+    message: ConnectorMessage
+    instance_key: str
+    properties: dict[str, str] = {}
+    reply: bool = False
+
+
+class EventAck(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """The orchestrator has journaled the event (`accepted`) and routed it, or refused it."""
+
+    accepted: bool
+    agent: str | None = None
+    instance_key: str | None = None
+    error: ErrorInfo | None = None
 
 
 class RestartRequest(msgspec.Struct, frozen=True):
