@@ -20,19 +20,26 @@ import msgspec
 import structlog
 import zmq
 
-from goondan.bundle import Bundle, BundleInvalid, load_bundle
+from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
 from goondan.paths import StatePaths, slug
 from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
+from orchestrator.connections import Connections, swarm_connections
 from orchestrator.control import CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry
 from orchestrator.journal import Journal
-from orchestrator.launcher import Launcher, LauncherKind, LaunchSpec, make_launcher
+from orchestrator.launcher import (
+    ConnectorLauncher,
+    Launcher,
+    LauncherKind,
+    LaunchSpec,
+    make_launcher,
+)
 from orchestrator.lock import StateLock
-from orchestrator.reload import agent_fingerprints
+from orchestrator.reload import agent_fingerprints, connection_fingerprints
 from orchestrator.router import Pending, Requester, Router
-from orchestrator.supervisor import HANG_TIMEOUT_S, Exit, Supervisor
+from orchestrator.supervisor import HANG_TIMEOUT_S, Exit, Supervisor, kind_of
 from orchestrator.systemd import Notifier
 from orchestrator.watch import watch
 
@@ -75,7 +82,7 @@ class Daemon:
         self.started_at = time.time()
         self.input_trace_id: str | None = None  # of `run --input`, for its transcript
         self._stopping = False
-        self._fingerprints = agent_fingerprints(bundle, self.swarm)
+        self._fingerprints = self._fingerprint(bundle, self.swarm)
         self._reload_lock = asyncio.Lock()
         self.notifier = Notifier()
 
@@ -98,13 +105,14 @@ class Daemon:
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.agents = Channel(bind_router(self._zmq, agents_endpoint), self._on_agent_frames)
         self.control = Channel(bind_router(self._zmq, control_endpoint), self._on_control_frames)
-        self.launcher: Launcher = make_launcher(
-            self._launcher_kind,
-            LaunchSpec(self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root),
+        launch_spec = LaunchSpec(
+            self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root
         )
+        self.launcher: Launcher = make_launcher(self._launcher_kind, launch_spec)
+        connections = swarm_connections(self.bundle, self.swarm)
         self.supervisor = Supervisor(
-            self.agent_names,
-            self.launcher,
+            [*self.agent_names, *connections],
+            {"agent": self.launcher, "connector": ConnectorLauncher(launch_spec)},
             on_ready=self._agent_ready,
             on_exit=self._agent_exited,
             hang_timeout_s=self._hang_timeout_s,
@@ -118,6 +126,9 @@ class Daemon:
         )
         self.journal = Journal(self.paths.journal_file)
         self.instances = InstanceRegistry()
+        self.connections = Connections(
+            connections, self.entry_agent, self.router, self.journal, self._send_to_peer
+        )
         self.commands = ControlCommands(
             {"status": self._cmd_status, "stop": self._cmd_stop, "restart": self._cmd_restart}
         )
@@ -133,6 +144,8 @@ class Daemon:
             os.getpid(), self.swarm.name, str(self.bundle.root), self.started_at, control_endpoint
         )
         self._redeliver_journal()
+        for name in self.connections.connections:
+            self.supervisor.ensure_running(name)  # ingress runs from the start
         self.paths.info_file.write_bytes(msgspec.json.encode(info))
         self._log.info(
             "orchestrator started",
@@ -163,7 +176,8 @@ class Daemon:
 
     def _settled(self, pending: Pending) -> None:
         # At shutdown, unanswered inputs stay in the journal for the next run.
-        if pending.requester.channel in ("control", "replay") and not self._stopping:
+        outside = pending.requester.channel in ("control", "replay", "connector")
+        if outside and not self._stopping:
             self.journal.done(pending.oid)
 
     async def _main_loop(self, one_input: str | None) -> wire.DelegateResult | None:
@@ -276,13 +290,13 @@ class Daemon:
         except LookupError as exc:
             self._log.error("reload refused", error=str(exc))
             return {"reloaded": False, "errors": [str(exc)]}
-        prints = agent_fingerprints(bundle, swarm)
+        prints = self._fingerprint(bundle, swarm)
         old = self._fingerprints
         added = [n for n in prints if n not in old]
         removed = [n for n in old if n not in prints]
         changed = [n for n in prints if n in old and (restart_all or prints[n] != old[n])]
         self.bundle, self.swarm, self._fingerprints = bundle, swarm, prints
-        self.agent_names = list(prints)
+        self.agent_names = [n for n in prints if kind_of(n) == "agent"]
         self.entry_agent = bundle.entry_agent(swarm)
         self.grace_s = float(swarm.spec.policy.shutdown.grace_period_seconds)
         for name in added:
@@ -290,10 +304,19 @@ class Daemon:
         await asyncio.gather(*(self.restart_agent(n) for n in changed + removed))
         for name in removed:
             self.supervisor.remove(name)
-        self.router.set_agents(set(prints), self.entry_agent)
+        self.router.set_agents(set(self.agent_names), self.entry_agent)
+        self.connections.update(swarm_connections(bundle, swarm), self.entry_agent)
+        for name in added:
+            if kind_of(name) == "connector":
+                self.supervisor.ensure_running(name)
         result = {"reloaded": True, "restarted": changed, "added": added, "removed": removed}
         self._log.info("bundle reloaded", **result)
         return result
+
+    @staticmethod
+    def _fingerprint(bundle: Bundle, swarm: Resource) -> dict[str, str]:
+        connections = swarm_connections(bundle, swarm)
+        return {**agent_fingerprints(bundle, swarm), **connection_fingerprints(bundle, connections)}
 
     async def restart_agent(self, name: str, *, fresh: bool = False) -> None:
         """Drain and stop the agent's process, then start it again if it was running or has
@@ -325,6 +348,9 @@ class Daemon:
     def to_requester(self, requester: Requester, frame: bytes) -> None:
         if requester.channel == "replay":
             self._log.info("journaled input answered", agent=wire.decode(frame).from_)
+            return
+        if requester.channel == "connector":
+            self.connections.answer(requester, frame)
             return
         if requester.channel == "local":
             future = self._local_waiters.get(requester.correlation_id or "")
@@ -381,6 +407,8 @@ class Daemon:
         elif kind == wire.START_ERROR:
             error = wire.decode_payload(env, wire.ErrorInfo)
             self.supervisor.mark_start_error(name, error.message)
+        elif kind == wire.CONNECTOR_EVENT:
+            self.connections.on_event(name, identity, env)
         elif kind == wire.CONTROL:
             command = wire.decode_payload(env, wire.Control)
             reply = self._agent_command(name, command)
@@ -425,12 +453,26 @@ class Daemon:
         error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown agent command '{command.command}'")
         return wire.ControlReply(False, error=error)
 
+    def _send_to_peer(self, identity: bytes, frame: bytes) -> None:
+        try:
+            self.agents.send([identity, frame])
+        except zmq.ZMQError:
+            self._log.info("peer gone; message dropped", peer=identity.decode(errors="replace"))
+
     def _agent_ready(self, name: str) -> None:
+        if kind_of(name) == "connector":
+            return
         self.router.agent_ready(name)
         self.supervisor.set_busy(name, self.router.in_flight(name) > 0)
 
     def _agent_exited(self, exit: Exit) -> None:
         name, crashed = exit.agent, exit.crashed
+        if kind_of(name) == "connector":
+            if exit.start_error is not None:
+                self._log.error("connector cannot start", connection=name, error=exit.start_error)
+            elif crashed and name in self.connections.connections:
+                self.supervisor.respawn(name)
+            return
         if exit.start_error is not None:
             self.router.fail_waiting(
                 name, "E_AGENT_START", f"agent '{name}' cannot start: {exit.start_error}"

@@ -96,6 +96,40 @@ class SubprocessLauncher:
         return None
 
 
+class ConnectorLauncher:
+    """Connector processes run user protocol code (servers, pollers): a fresh interpreter each,
+    `python -m orchestrator.connector_child`, and they load their Connection themselves (so
+    secrets never travel on a command line)."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec = spec
+
+    async def start(self) -> None:
+        return None
+
+    async def launch(self, name: str) -> ChildProcess:
+        argv = [
+            "--connection", name.removeprefix("connection:"),
+            "--bundle", str(self.spec.bundle),
+            "--endpoint", self.spec.endpoint,
+            "--state-root", str(self.spec.state_root),
+            "--parent-pid", str(os.getpid()),
+        ]  # fmt: skip
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "orchestrator.connector_child",
+            *argv,
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno(),
+            stderr=None,
+        )
+        return process
+
+    async def aclose(self) -> None:
+        return None
+
+
 class ZygoteChild:
     """An agent forked by the template; its exit code arrives through the template."""
 

@@ -30,3 +30,16 @@ def _read(resource: Resource) -> bytes:
         return resource.entry_path().read_bytes()
     except OSError:
         return b""
+
+
+def connection_fingerprints(bundle: Bundle, connections: dict[str, Resource]) -> dict[str, str]:
+    """Process name -> digest of its Connection, Connector and the connector's entry file."""
+    prints: dict[str, str] = {}
+    for name, connection in connections.items():
+        connector = bundle.resolve(connection.spec.connector_ref, connection.package)
+        digest = hashlib.sha256()
+        for resource in (connection, connector):
+            digest.update(msgspec.json.encode([resource.kind, resource.name, resource.spec]))
+        digest.update(_read(connector))
+        prints[name] = digest.hexdigest()
+    return prints

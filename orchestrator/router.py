@@ -24,7 +24,7 @@ import structlog
 
 from ipc import messages as wire
 
-Channel = Literal["agent", "control", "local", "replay"]
+Channel = Literal["agent", "control", "local", "replay", "connector"]
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_DELIVERIES = 2  # the first delivery and one redelivery after a crash
 

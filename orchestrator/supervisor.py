@@ -56,11 +56,20 @@ class ProcessInfo(msgspec.Struct, frozen=True):
     restarts: int
 
 
+ProcessKind = Literal["agent", "connector"]
+CONNECTION_PREFIX = "connection:"  # a connector process's name (and ZeroMQ identity)
+
+
+def kind_of(name: str) -> ProcessKind:
+    return "connector" if name.startswith(CONNECTION_PREFIX) else "agent"
+
+
 class Slot:
-    """One agent's process, over its successive incarnations."""
+    """One agent's (or connector's) process, over its successive incarnations."""
 
     def __init__(self, name: str) -> None:
         self.name = name
+        self.kind = kind_of(name)
         self.status: Status = "terminated"
         self.process: ChildProcess | None = None
         self.restarts = 0
@@ -78,7 +87,7 @@ class Supervisor:
     def __init__(
         self,
         agents: list[str],
-        launcher: Launcher,
+        launchers: dict[ProcessKind, Launcher],
         *,
         on_ready: Callable[[str], None],
         on_exit: Callable[[Exit], None],
@@ -88,7 +97,7 @@ class Supervisor:
         self.slots = {name: Slot(name) for name in agents}
         self.hang_timeout_s = hang_timeout_s
         self._watchdog: asyncio.Task[None] | None = None
-        self._launcher = launcher
+        self._launchers = launchers
         self._on_ready = on_ready
         self._on_exit = on_exit
         self._closing = False
@@ -146,8 +155,8 @@ class Supervisor:
     def table(self) -> list[ProcessInfo]:
         return [
             ProcessInfo(
-                s.name,
-                "agent",
+                s.name.removeprefix(CONNECTION_PREFIX),
+                s.kind,
                 s.process.pid if s.process else None,
                 s.status,
                 s.restarts,
@@ -160,7 +169,7 @@ class Supervisor:
 
     async def _run(self, slot: Slot) -> None:
         try:
-            slot.process = await self._launcher.launch(slot.name)
+            slot.process = await self._launchers[slot.kind].launch(slot.name)
         except OSError as exc:
             self._log.error("cannot start agent process", agent=slot.name, error=str(exc))
             slot.status = "crashed"

@@ -1,0 +1,115 @@
+"""The swarm's Connections: which connector processes run, and what their events become.
+
+An event from a connector is routed by the Connection's ingress rules, journaled (fsync'd),
+acknowledged with `event_ack`, and delivered as one turn of the chosen agent. When the connector
+asked for the reply, the agent's answer goes back to it under the event's correlationId.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from goondan.bundle import Bundle, ConnectionSpec, Resource
+from ipc import messages as wire
+from orchestrator.ingress import event_text, route_event
+from orchestrator.journal import Journal
+from orchestrator.router import Requester, Router
+from orchestrator.supervisor import CONNECTION_PREFIX
+
+
+def swarm_connections(bundle: Bundle, swarm: Resource) -> dict[str, Resource]:
+    """Process name (`connection:<name>`) -> Connection, for Connections bound to `swarm`
+    (those without `swarmRef` serve whichever swarm runs)."""
+    found: dict[str, Resource] = {}
+    for connection in bundle.of_kind("Connection"):
+        spec: ConnectionSpec = connection.spec
+        if spec.swarm_ref is None or spec.swarm_ref.name == swarm.name:
+            found[CONNECTION_PREFIX + connection.name] = connection
+    return found
+
+
+class Connections:
+    def __init__(
+        self,
+        connections: dict[str, Resource],
+        entry_agent: str,
+        router: Router,
+        journal: Journal,
+        send: Callable[[bytes, bytes], None],
+    ) -> None:
+        self.connections = connections
+        self.entry_agent = entry_agent
+        self._router = router
+        self._journal = journal
+        self._send = send  # (identity, frame) on the agents socket
+        self._reply_wanted: set[tuple[bytes, str]] = set()
+        self._log = structlog.get_logger().bind(component="ingress")
+
+    def update(self, connections: dict[str, Resource], entry_agent: str) -> None:
+        self.connections, self.entry_agent = connections, entry_agent
+
+    def on_event(self, name: str, identity: bytes, env: wire.Envelope) -> None:
+        cid = env.correlation_id or ""
+        event = wire.decode_payload(env, wire.ConnectorEvent)
+        connection = self.connections.get(name)
+        if connection is None:
+            self._ack(identity, cid, wire.EventAck(False, error=_error("E_NO_CONNECTION", name)))
+            return
+        route = route_event(connection.spec, self.entry_agent, event)
+        if route is None:
+            self._log.warning(
+                "event matched no ingress rule; refused",
+                connection=connection.name,
+                event=event.name,
+                properties=sorted(event.properties),
+            )
+            message = (
+                f"event '{event.name}' matched no ingress rule of Connection/{connection.name}"
+            )
+            self._ack(
+                identity, cid, wire.EventAck(False, error=wire.ErrorInfo("E_NO_ROUTE", message))
+            )
+            return
+        payload = wire.Delegate(
+            input=event_text(event),
+            instance_key=route.instance_key,
+            source=wire.Source("connector", connection.name),
+            timeout_ms=None,
+            metadata={"event": event.name, "properties": event.properties},
+        )
+        delegate = wire.Envelope(
+            wire.DELEGATE,
+            name,
+            route.agent,
+            wire.encode_payload(payload),
+            correlation_id=cid,
+            trace_id=env.trace_id,
+        )
+        if event.reply:
+            self._reply_wanted.add((identity, cid))
+        request_id = self._router.delegate(Requester("connector", identity, cid), delegate)
+        if request_id is None:  # refused at once (e.g. the agent left the swarm)
+            self._reply_wanted.discard((identity, cid))
+            self._ack(identity, cid, wire.EventAck(False, error=_error("E_NO_ROUTE", route.agent)))
+            return
+        self._journal.accept(request_id, wire.encode_envelope(delegate))
+        self._ack(identity, cid, wire.EventAck(True, route.agent, route.instance_key))
+
+    def answer(self, requester: Requester, frame: bytes) -> None:
+        """The agent's answer to an event: to the connector if it asked for it."""
+        key = (requester.identity, requester.correlation_id or "")
+        if key in self._reply_wanted:
+            self._reply_wanted.discard(key)
+            self._send(requester.identity, frame)
+
+    def _ack(self, identity: bytes, cid: str, ack: wire.EventAck) -> None:
+        frame = wire.encode(
+            wire.EVENT_ACK, wire.ORCHESTRATOR, identity.decode(), ack, correlation_id=cid
+        )
+        self._send(identity, frame)
+
+
+def _error(code: str, what: str) -> wire.ErrorInfo:
+    return wire.ErrorInfo(code, f"no route for this event ({what})")
