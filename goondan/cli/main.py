@@ -16,6 +16,8 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan status                        processes of the running swarm
   goondan restart [--agent NAME]        reload the bundle / restart one agent
   goondan stop                          stop the running swarm cleanly
+  goondan logs [-f] [--trace ID]        turns, steps and tool calls as they happen
+  goondan instance list|delete KEY      stored conversations
 """
 
 STATE_ROOT_HELP = "state directory (default: $GOONDAN_STATE_ROOT, else ~/.goondan)"
@@ -114,6 +116,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
+    p = sub.add_parser(
+        "logs",
+        help="show runtime events (turns, steps, tool calls)",
+        description="Show the runtime events of stored instances: readable on a terminal, "
+        "JSON lines otherwise. Works with or without a running daemon.",
+    )
+    p.add_argument("--agent", help="only this agent")
+    p.add_argument("--instance", help="only this instanceKey")
+    p.add_argument("--trace", help="only this traceId (one request across agents)")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
+    p.add_argument("-n", "--lines", type=int, default=200, help="last N events (0: all)")
+    p.add_argument("--json", action="store_true", help="JSON lines even on a terminal")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+
+    p = sub.add_parser("instance", help="list or delete stored conversations")
+    inst = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = inst.add_parser("list", help="stored instances: swarm, key, agents, messages")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q.add_argument("--state-root", help=STATE_ROOT_HELP)
+    q = inst.add_parser("delete", help="delete an instance's conversations (daemon stopped)")
+    q.add_argument("key", help="the instanceKey")
+    q.add_argument("--swarm", help="only in this swarm")
+    q.add_argument("--workdir", action="store_true", help="also delete its tool workdir")
+    q.add_argument("--state-root", help=STATE_ROOT_HELP)
+
     p = sub.add_parser("stop", help="stop the running orchestrator cleanly")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
     p.add_argument("--timeout", type=float, default=330.0, help="seconds to wait for it to exit")
@@ -139,6 +166,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from goondan.cli.run_cmd import run
 
         return run(args)
+    if args.command == "logs":
+        from goondan.cli.logs_cmd import run_logs
+
+        return run_logs(args)
+    if args.command == "instance":
+        from goondan.cli.instance_cmd import run_instance
+
+        return run_instance(args)
     from goondan.cli import daemon_cmds
 
     return daemon_cmds.dispatch(args)

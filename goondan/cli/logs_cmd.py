@@ -1,0 +1,103 @@
+"""`goondan logs`: the runtime events (turns, steps, tool calls) of stored instances."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from agentproc.runtime_events import EVENTS_FILE, RuntimeEvent, event_decoder
+from goondan.paths import StatePaths
+
+FOLLOW_INTERVAL_S = 0.3
+
+
+class _Source:
+    """One runtime-events file and how far we have read it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""
+
+    def read_new(self) -> Iterator[RuntimeEvent]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()  # an unfinished last line waits for the rest
+        for line in lines:
+            if line.strip():
+                try:
+                    yield event_decoder.decode(line)
+                except msgspec.DecodeError:
+                    continue
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    paths = StatePaths.at(args.state_root)
+    sources: dict[Path, _Source] = {}
+    json_out = args.json or not sys.stdout.isatty()
+
+    def scan() -> list[RuntimeEvent]:
+        for path in sorted(paths.root.glob(f"swarms/*/instances/*/*/{EVENTS_FILE}")):
+            sources.setdefault(path, _Source(path))
+        events = [e for s in sources.values() for e in s.read_new() if _wanted(e, args)]
+        events.sort(key=lambda e: e.timestamp)
+        return events
+
+    events = scan()
+    if not sources and not args.follow:
+        print(f"goondan: no runtime events under {paths.root}", file=sys.stderr)
+        return 1
+    for event in events[-args.lines :] if args.lines else events:
+        _print(event, json_out)
+    if not args.follow:
+        return 0
+    try:
+        while True:
+            time.sleep(FOLLOW_INTERVAL_S)
+            for event in scan():
+                _print(event, json_out)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _wanted(event: RuntimeEvent, args: argparse.Namespace) -> bool:
+    return (
+        (args.agent is None or event.agent_name == args.agent)
+        and (args.instance is None or event.instance_key == args.instance)
+        and (args.trace is None or event.trace_id == args.trace)
+    )
+
+
+def _print(event: RuntimeEvent, json_out: bool) -> None:
+    if json_out:
+        sys.stdout.write(msgspec.json.encode(event).decode() + "\n")
+    else:
+        sys.stdout.write(render(event) + "\n")
+    sys.stdout.flush()
+
+
+def render(event: RuntimeEvent) -> str:
+    """`12:00:01.234 assistant/cli  tool.completed  calc__add ok 3ms  trace=ab12cd34`."""
+    clock = event.timestamp[11:23]
+    data = dict(event.data)
+    details = []
+    for key in ("toolName", "stepIndex", "status", "finishReason"):
+        if key in data:
+            details.append(str(data.pop(key)))
+    if "duration" in data:
+        details.append(f"{data.pop('duration')}ms")
+    if "errorMessage" in data:
+        details.append(f"error: {data.pop('errorMessage')}")
+    where = f"{event.agent_name}/{event.instance_key}"
+    return f"{clock} {where:<28} {event.type:<16} {' '.join(details)}  trace={event.trace_id[:8]}"

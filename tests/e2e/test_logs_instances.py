@@ -1,0 +1,54 @@
+"""`goondan instance` and `goondan logs` over real state."""
+
+import json
+
+from agentproc.runtime_events import RuntimeEvent, RuntimeEventLog
+from goondan.paths import StatePaths
+from tests.e2e.conftest import goondan
+
+
+def test_instance_list_and_delete(start_daemon, state_root):
+    daemon = start_daemon()
+    daemon.send("What is 1 plus 2?")
+    daemon.send("a fact about the number 9", "--agent", "researcher", "--instance", "side")
+    rows = {r["instanceKey"]: r for r in json.loads(daemon.cli("instance", "list").stdout)}
+    assert rows["cli"]["agents"] == ["assistant", "researcher"] and rows["cli"]["swarm"] == "default"
+    assert rows["cli"]["messages"] >= 10
+    assert rows["side"]["agents"] == ["researcher"]
+
+    refused = daemon.cli("instance", "delete", "side")
+    assert refused.returncode == 1 and "stop it first" in refused.stderr
+    daemon.cli("stop")
+    daemon.proc.wait(10)
+    deleted = goondan("instance", "delete", "side", "--state-root", str(state_root))
+    assert deleted.returncode == 0 and deleted.stdout.strip() == "deleted default/side"
+    left = json.loads(goondan("instance", "list", "--state-root", str(state_root)).stdout)
+    assert [r["instanceKey"] for r in left] == ["cli"]
+    missing = goondan("instance", "delete", "nope", "--state-root", str(state_root))
+    assert missing.returncode == 1 and "no stored instance 'nope'" in missing.stderr
+
+
+def test_logs_merges_files_by_time_and_filters(state_root):
+    paths = StatePaths.at(state_root)
+    for agent, key, trace, kind, second in [
+        ("a", "k1", "t" * 32, "turn.started", 1),
+        ("b", "k1", "t" * 32, "tool.completed", 2),
+        ("a", "k2", "u" * 32, "turn.completed", 0),
+    ]:
+        log = RuntimeEventLog(paths.conversation_dir("default", key, agent))
+        stamp = f"2026-01-01T00:00:0{second}Z"
+        log.emit(RuntimeEvent(kind, stamp, agent, key, trace, "s" * 16))
+        log.close()
+    every = goondan("logs", "--state-root", str(state_root)).stdout.splitlines()
+    assert [json.loads(line)["type"] for line in every] == [
+        "turn.completed",
+        "turn.started",
+        "tool.completed",
+    ]
+    by_trace = goondan("logs", "--trace", "t" * 32, "--state-root", str(state_root))
+    assert [json.loads(line)["agentName"] for line in by_trace.stdout.splitlines()] == ["a", "b"]
+    by_agent = goondan("logs", "--agent", "a", "--instance", "k2", "--state-root", str(state_root))
+    [only] = by_agent.stdout.splitlines()
+    assert json.loads(only)["type"] == "turn.completed"
+    empty = goondan("logs", "--state-root", str(state_root / "nothing"))
+    assert empty.returncode == 1 and "no runtime events" in empty.stderr
