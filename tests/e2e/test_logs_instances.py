@@ -12,7 +12,9 @@ def test_instance_list_and_delete(start_daemon, state_root):
     daemon.send("What is 1 plus 2?")
     daemon.send("a fact about the number 9", "--agent", "researcher", "--instance", "side")
     rows = {r["instanceKey"]: r for r in json.loads(daemon.cli("instance", "list").stdout)}
-    assert rows["cli"]["agents"] == ["assistant", "researcher"] and rows["cli"]["swarm"] == "default"
+    assert (
+        rows["cli"]["agents"] == ["assistant", "researcher"] and rows["cli"]["swarm"] == "default"
+    )
     assert rows["cli"]["messages"] >= 10
     assert rows["side"]["agents"] == ["researcher"]
 
