@@ -90,6 +90,9 @@ class Daemon:
 
     async def serve(self, one_input: str | None = None) -> tuple[int, str | None]:
         """Run until stopped. With `one_input`, answer it and stop; returns (code, answer)."""
+        # Conversations, journal and sockets are the owner's alone; agents inherit the umask.
+        os.umask(0o077)
+        ensure_private_dir(self.paths.root)
         ensure_private_dir(self.paths.run_dir)
         with StateLock(self.paths.lock_file):
             self._startup()

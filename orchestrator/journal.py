@@ -78,7 +78,7 @@ class Journal:
     def _rewrite(self, entries: list[Entry]) -> None:
         self.close()
         tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "wb") as out:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
             for entry in entries:
                 out.write(_encoder.encode(entry) + b"\n")
             out.flush()

@@ -167,3 +167,42 @@ def test_agent_that_cannot_start_gives_the_reason(start_daemon, tmp_path):
     (bundle / "broken.py").write_text("handlers = {'run': lambda ctx, args: 'ok'}\n")
     fixed = daemon.send("hi")
     assert fixed.returncode == 0 and fixed.stdout.strip() == "You said: hi"
+
+
+def test_state_root_and_sockets_are_private(start_daemon, state_root):
+    import stat
+
+    daemon = start_daemon()
+    daemon.send("What is 1 plus 1?")
+    run_dir = state_root / "run"
+    assert stat.S_IMODE(state_root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
+    convo = state_root / "swarms/default/instances/cli/assistant/base.jsonl"
+    assert stat.S_IMODE(convo.stat().st_mode) & 0o077 == 0
+    for name in ("agents.sock", "control.sock", "journal.jsonl", "orchestrator.lock"):
+        mode = stat.S_IMODE((run_dir / name).stat().st_mode)
+        assert mode & 0o077 == 0, f"{name} is {oct(mode)}"
+
+
+def test_requests_during_a_restart_wait_for_the_new_process(start_daemon):
+    import subprocess
+    import time as clock
+
+    from tests.e2e.conftest import GOONDAN
+
+    daemon = start_daemon()
+    assert daemon.send("What is 1 plus 1?").returncode == 0
+    old = daemon.process("researcher")["pid"]
+    restart = subprocess.Popen(
+        [*GOONDAN, "restart", "--agent", "researcher", "--state-root", str(daemon.state_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    clock.sleep(0.05)  # the researcher is draining or gone now
+    reply = daemon.send("a fact about the number 11", "--agent", "researcher", "--instance", "z")
+    assert reply.returncode == 0 and reply.stdout.startswith("11 is a prime")
+    out, err = restart.communicate(timeout=20)
+    assert restart.returncode == 0, err
+    assert out.strip() == "restarted researcher"
+    assert daemon.process("researcher")["pid"] != old
