@@ -1,0 +1,119 @@
+"""`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: run the figures, print the
+table (stdout), write `bench/results.json`. Progress goes to stderr.
+
+Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from types import FrameType
+
+from bench.harness import Row, describe_machine, failed_row, log, machine, render_table
+
+FIGURES = {
+    "roundtrip": "bench.fig_roundtrip",
+    "throughput": "bench.fig_throughput",
+    "spawn": "bench.fig_spawn",
+    "memory": "bench.fig_memory",
+    "crash": "bench.fig_crash",
+    "dispatch": "bench.fig_dispatch",
+    "scale": "bench.fig_scale",
+}
+GOALS = {
+    "roundtrip": "<= 2x bare",
+    "throughput": ">= 0.6x bare",
+    "spawn": "<= 25 ms",
+    "memory": "<= 10 MiB",
+    "crash": "<= 50 ms",
+    "dispatch": "overhead <= 20 us",
+    "scale": "0 lost, p99 <= 50 ms",
+}
+DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Benchmarks of goondan, each figure beside its raw baseline in the same run.",
+    )
+    parser.add_argument(
+        "--only",
+        help=f"comma-separated figures to run (of: {', '.join(FIGURES)})",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer samples and smaller runs (about a minute)"
+    )
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where to write results")
+    args = parser.parse_args(argv)
+    if args.only:
+        names = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = [n for n in names if n not in FIGURES]
+        if unknown:
+            parser.error(
+                f"unknown figure(s) {', '.join(unknown)}; choose from {', '.join(FIGURES)}"
+            )
+        args.figures = names
+    else:
+        args.figures = list(FIGURES)
+    return args
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    # Unwind through every figure's `finally`, which kills the processes it started.
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    info = machine()
+    log(f"machine: {info['nproc']} vCPU {info['cpu']}, Python {info['python']}")
+    rows: list[Row] = []
+    timings: dict[str, float] = {}
+    load: dict[str, float] = {}
+    started = time.monotonic()
+    for name in args.figures:
+        log(f"figure {name}{' (quick)' if args.quick else ''}")
+        t0 = time.monotonic()
+        load[name] = round(os.getloadavg()[0], 2)
+        try:
+            module = importlib.import_module(FIGURES[name])
+            rows.extend(module.run(args.quick))
+        except KeyboardInterrupt:
+            log("interrupted")
+            return 130
+        except Exception as exc:  # one broken figure must not hide the others
+            traceback.print_exc(file=sys.stderr)
+            rows.append(failed_row(name, f"not measured: {type(exc).__name__}: {exc}", GOALS[name]))
+        timings[name] = round(time.monotonic() - t0, 1)
+    info["loadavgEnd"] = os.getloadavg()[0]
+    info["seconds"] = round(time.monotonic() - started, 1)
+    info["quick"] = args.quick
+    table = render_table(rows)
+    print(f"Machine: {describe_machine(info)}\n")
+    print(table)
+    met = [r for r in rows if r.met is True]
+    missed = [r for r in rows if r.met is False]
+    print(f"\n{len(met)} goals met, {len(missed)} missed; {info['seconds']:.0f} s in all.")
+    results = {
+        "machine": info,
+        "secondsPerFigure": timings,
+        "loadavgBeforeFigure": load,
+        "rows": [r.to_json() for r in rows],
+    }
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    log(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,312 @@
+"""The raw baselines: a bare pyzmq ROUTER broker and bare DEALER agents.
+
+    python -m bench.bare broker ENDPOINT
+    python -m bench.bare agent ENDPOINT NAME --result HEX [--product]
+                               [--targets a,b --window W --delegate HEX --warmup S --duration S]
+
+Both do the least that the same job needs, in the pattern `reference/ipc-limits.md` measured as
+the floor: uvloop, the ZeroMQ socket's fd watched with `loop.add_reader`, every waiting message
+drained without blocking, `ZMQ_EVENTS` re-checked after sends (the fd is edge-triggered), only
+the envelope header decoded, correlation ids from a counter.
+
+The broker forwards a `delegate` to `to` under its own id and maps the `delegate_result` back
+to the requester: the same four hops as the orchestrator, with nothing else (no timers, no
+supervision, no inbox). An agent answers every `delegate` at once with a fixed result payload;
+with `--targets` it is also a requester keeping `--window` delegates in flight, round robin.
+
+The agent talks to its parent over stdin/stdout, one line each: it prints `up` once connected;
+`go` starts its requests; it prints `drained` once its measuring window is over and nothing of
+its own is in flight; `stop` (or EOF) makes it print `stats {json}` and exit.
+
+With `--product` an agent connects to the real orchestrator instead: it says the product's
+`ready` first and heartbeats, so the same bare agents measure the orchestrator's routing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import itertools
+import json
+import os
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+
+import msgspec
+import zmq
+
+from bench.wire import Env, encoder, env_decoder, result_decoder
+
+HWM = 200_000
+
+
+def die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class FdSocket:
+    """One sync ZeroMQ socket driven from the loop through its fd (see the module doc)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sock: zmq.Socket[bytes],
+        on_frames: Callable[[list[bytes]], None],
+    ) -> None:
+        self.loop = loop
+        self.sock = sock
+        self.on_frames = on_frames
+        self.outbox: deque[list[bytes]] = deque()
+        self.scheduled = False
+        self.closed = False
+
+    def start(self) -> None:
+        self.loop.add_reader(self.sock.FD, self.drain)
+        self.schedule()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.loop.remove_reader(self.sock.FD)
+            self.sock.close(linger=0)
+
+    def schedule(self) -> None:
+        if not self.scheduled and not self.closed:
+            self.scheduled = True
+            self.loop.call_soon(self.drain)
+
+    def send(self, frames: list[bytes]) -> None:
+        if self.closed:
+            return
+        if self.outbox:
+            self.outbox.append(frames)
+        else:
+            try:
+                self.sock.send_multipart(frames, zmq.NOBLOCK)
+            except zmq.Again:
+                self.outbox.append(frames)
+        self.schedule()
+
+    def drain(self) -> None:
+        self.scheduled = False
+        if self.closed:
+            return
+        sock = self.sock
+        while True:
+            events = int(sock.getsockopt(zmq.EVENTS))
+            progressed = False
+            if self.outbox and events & zmq.POLLOUT:
+                while self.outbox:
+                    try:
+                        sock.send_multipart(self.outbox[0], zmq.NOBLOCK)
+                    except zmq.Again:
+                        break
+                    except zmq.ZMQError:
+                        pass  # unroutable: dropped, as the product does
+                    self.outbox.popleft()
+                    progressed = True
+            if events & zmq.POLLIN:
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    frames = None
+                if frames is not None:
+                    self.on_frames(frames)
+                    progressed = True
+            if not progressed:
+                break
+        if self.outbox and not self.closed:
+            self.loop.call_later(0.001, self.schedule)
+
+
+def _options(sock: zmq.Socket[bytes]) -> None:
+    sock.setsockopt(zmq.LINGER, 100)
+    sock.setsockopt(zmq.SNDHWM, HWM)
+    sock.setsockopt(zmq.RCVHWM, HWM)
+
+
+# -- broker ------------------------------------------------------------------------------------
+
+
+async def broker(endpoint: str) -> None:
+    loop = asyncio.get_running_loop()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
+    _options(sock)
+    sock.bind(endpoint)
+    ids = itertools.count(1)
+    pending: dict[str, tuple[bytes, str | None]] = {}
+    replace = msgspec.structs.replace
+    encode = encoder.encode
+    decode = env_decoder.decode
+    unroutable = 0
+
+    def on_frames(frames: list[bytes]) -> None:
+        nonlocal unroutable
+        identity, frame = frames
+        env = decode(frame)
+        if env.type == "delegate":
+            oid = str(next(ids))
+            pending[oid] = (identity, env.correlation_id)
+            try:
+                channel.send([env.to.encode(), encode(replace(env, correlation_id=oid))])
+            except zmq.ZMQError:
+                unroutable += 1
+                del pending[oid]
+                error = encode({"status": "error", "error": {"code": "UNROUTABLE"}})
+                answer = Env(
+                    "delegate_result", "broker", "", msgspec.Raw(error), env.correlation_id
+                )
+                channel.send([identity, encode(answer)])
+        elif env.type == "delegate_result":
+            requester = pending.pop(env.correlation_id or "", None)
+            if requester is not None:
+                identity, cid = requester
+                answer = replace(env, to=identity.decode(), correlation_id=cid)
+                channel.send([identity, encode(answer)])
+        # ready / heartbeat / anything else: nothing to route
+
+    channel = FdSocket(loop, sock, on_frames)
+    channel.start()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_reader(0, lambda: stop.set() if not os.read(0, 4096) else None)
+    print("up", flush=True)
+    await stop.wait()
+    channel.close()
+    ctx.term()
+
+
+# -- agent -------------------------------------------------------------------------------------
+
+
+async def agent(args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, args.name.encode())
+    _options(sock)
+    sock.connect(args.endpoint)
+    name = args.name
+    result_payload = msgspec.Raw(bytes.fromhex(args.result))
+    delegate_payload = msgspec.Raw(bytes.fromhex(args.delegate)) if args.delegate else None
+    targets = [t for t in (args.targets or "").split(",") if t]
+    encode = encoder.encode
+    decode = env_decoder.decode
+    stats = {"answered": 0, "completed": 0, "inWindow": 0, "errors": 0, "sent": 0}
+    state = {"outstanding": 0, "window_start": 0.0, "window_end": 0.0, "drained": False}
+    rr = itertools.cycle(targets) if targets else None
+    ids = itertools.count(1)
+    stop = asyncio.Event()
+
+    def send_next() -> None:
+        assert rr is not None and delegate_payload is not None
+        env = Env("delegate", name, next(rr), delegate_payload, str(next(ids)))
+        channel.send([encode(env)])
+        state["outstanding"] += 1
+        stats["sent"] += 1
+
+    def on_frames(frames: list[bytes]) -> None:
+        env = decode(frames[-1])
+        if env.type == "delegate":
+            answer = Env(
+                "delegate_result",
+                name,
+                env.from_,
+                result_payload,
+                env.correlation_id,
+                trace_id=env.trace_id,
+            )
+            channel.send([encode(answer)])
+            stats["answered"] += 1
+        elif env.type == "delegate_result":
+            state["outstanding"] -= 1
+            stats["completed"] += 1
+            if result_decoder.decode(env.payload).status != "ok":
+                stats["errors"] += 1
+            now = time.monotonic()
+            if now < state["window_end"]:
+                if now >= state["window_start"]:
+                    stats["inWindow"] += 1
+                send_next()
+            elif state["outstanding"] == 0 and not state["drained"]:
+                state["drained"] = True
+                print("drained", flush=True)
+
+    def on_stdin() -> None:
+        data = os.read(0, 4096)
+        if not data or b"stop" in data:
+            stop.set()
+            return
+        if b"go" in data and rr is not None:
+            now = time.monotonic()
+            state["window_start"] = now + args.warmup
+            state["window_end"] = now + args.warmup + args.duration
+            for _ in range(args.window):
+                send_next()
+
+    channel = FdSocket(loop, sock, on_frames)
+    channel.start()
+    if args.product:
+        # The product's own frames (its codec), made here so `ready` carries this pid.
+        from bench.product import heartbeat_frame, ready_frame
+
+        beat = heartbeat_frame(name)
+
+        def heartbeat() -> None:
+            channel.send([beat])
+            loop.call_later(0.5, heartbeat)
+
+        channel.send([ready_frame(name)])
+        heartbeat()
+    loop.add_reader(0, on_stdin)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    print("up", flush=True)
+    await stop.wait()
+    print("stats " + json.dumps(stats), flush=True)
+    loop.remove_reader(0)
+    channel.close()
+    ctx.term()
+
+
+def main() -> None:
+    die_with_parent()
+    parser = argparse.ArgumentParser(prog="python -m bench.bare")
+    sub = parser.add_subparsers(dest="role", required=True)
+    p = sub.add_parser("broker")
+    p.add_argument("endpoint")
+    p = sub.add_parser("agent")
+    p.add_argument("endpoint")
+    p.add_argument("name")
+    p.add_argument("--result", required=True, help="hex of the delegate_result payload")
+    p.add_argument(
+        "--product",
+        action="store_true",
+        help="talk to the real orchestrator: say `ready` first, then heartbeat every 0.5 s",
+    )
+    p.add_argument("--targets", help="comma-separated agents to send delegates to")
+    p.add_argument("--delegate", help="hex of the delegate payload")
+    p.add_argument("--window", type=int, default=1)
+    p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--duration", type=float, default=3.0)
+    args = parser.parse_args()
+    import uvloop
+
+    if args.role == "broker":
+        uvloop.run(broker(args.endpoint))
+    else:
+        uvloop.run(agent(args))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

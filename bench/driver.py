@@ -1,0 +1,147 @@
+"""The requester side of the round-trip, crash and scale figures: a sync DEALER in the bench
+process. The same code drives the real orchestrator and the bare broker.
+
+Against the product it connects to `agents.sock` under the name of a swarm agent that the
+orchestrator never has to start (`driver`): it says `ready` first, so the orchestrator treats it
+as a running agent, and heartbeats while it waits, as an agent does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import zmq
+
+from bench import wire
+
+
+@dataclass
+class Reply:
+    ok: bool
+    code: str = ""  # the error code when not ok
+    latency_s: float = 0.0
+
+
+@dataclass
+class WaveResult:
+    latencies_s: list[float] = field(default_factory=list)  # of the ok answers
+    ok: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    lost: int = 0  # never answered within the timeout
+
+
+class Driver:
+    def __init__(
+        self,
+        endpoint: str,
+        identity: str,
+        *,
+        hello: bytes | None = None,
+        heartbeat: bytes | None = None,
+    ) -> None:
+        self.identity = identity
+        self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.IDENTITY, identity.encode())
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.SNDHWM, 200_000)
+        self.sock.setsockopt(zmq.RCVHWM, 200_000)
+        self.sock.connect(endpoint)
+        self._heartbeat = heartbeat
+        self._last_beat = time.monotonic()
+        self._ids = itertools.count(1)
+        if hello is not None:
+            self.sock.send(hello)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+        self.ctx.term()
+
+    def __enter__(self) -> Driver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def beat(self) -> None:
+        if self._heartbeat is not None and time.monotonic() - self._last_beat > 0.5:
+            self.sock.send(self._heartbeat)
+            self._last_beat = time.monotonic()
+
+    def _recv(self, timeout_s: float) -> wire.Env | None:
+        """The next delegate_result, or None after `timeout_s` (other frames are skipped)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                frame = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self.beat()
+                self.sock.poll(int(min(remaining, 0.25) * 1000) + 1)
+                continue
+            env = wire.env_decoder.decode(frame)
+            if env.type == "delegate_result":
+                return env
+
+    def ask(self, target: str, payload: bytes, timeout_s: float = 30.0) -> Reply:
+        """One request, waited for. Answers to earlier requests are skipped."""
+        cid = str(next(self._ids))
+        started = time.perf_counter()
+        self.sock.send(wire.delegate(self.identity, target, payload, cid))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            env = self._recv(max(0.0, deadline - time.monotonic()))
+            if env is None:
+                return Reply(False, "LOST", time.perf_counter() - started)
+            if env.correlation_id == cid:
+                elapsed = time.perf_counter() - started
+                head = wire.result_decoder.decode(env.payload)
+                if head.status == "ok":
+                    return Reply(True, "", elapsed)
+                return Reply(False, head.error.code if head.error else "?", elapsed)
+
+    def round_trips(
+        self, target: str, payload_for: Callable[[int], bytes], n: int, warmup: int
+    ) -> tuple[list[float], int]:
+        """`warmup` + `n` sequential round trips, one in flight; (latencies in s, failures)."""
+        latencies: list[float] = []
+        failures = 0
+        for i in range(warmup + n):
+            reply = self.ask(target, payload_for(i))
+            if not reply.ok:
+                failures += 1
+            elif i >= warmup:
+                latencies.append(reply.latency_s)
+            self.beat()
+        return latencies, failures
+
+    def wave(self, requests: list[tuple[str, bytes]], timeout_s: float) -> WaveResult:
+        """Send every request at once, then collect the answers until all came or time is up."""
+        sent: dict[str, float] = {}
+        for target, payload in requests:
+            cid = str(next(self._ids))
+            sent[cid] = time.perf_counter()
+            self.sock.send(wire.delegate(self.identity, target, payload, cid))
+        result = WaveResult()
+        deadline = time.monotonic() + timeout_s
+        while sent:
+            env = self._recv(max(0.0, deadline - time.monotonic()))
+            if env is None:
+                break
+            started = sent.pop(env.correlation_id or "", None)
+            if started is None:
+                continue
+            head = wire.result_decoder.decode(env.payload)
+            if head.status == "ok":
+                result.ok += 1
+                result.latencies_s.append(time.perf_counter() - started)
+            else:
+                code = head.error.code if head.error else "?"
+                result.errors[code] = result.errors.get(code, 0) + 1
+        result.lost = len(sent)
+        return result

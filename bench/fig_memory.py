@@ -1,0 +1,142 @@
+"""Figure 4: idle memory per agent, and how many idle agents fit in 10 GiB.
+
+Product: a real `goondan run` daemon with 40 agents, each started by one delegate (so each has
+run one turn: an idle agent, not a fresh one), then left idle for a second. The figure is the
+sum of the agents' PSS (`/proc/PID/smaps_rollup`, the PIDs from `status`) / 40. Helper processes
+below the daemon that are not agents (a template process, if the product has one) are reported
+beside it, not hidden: their PSS is added to the total for the "fit in 10 GiB" line.
+
+Baselines, 40 of each, idle: a bare `python -c "import zmq"` process with a connected DEALER,
+and a plain `os.fork` child of a helper that has the agent runtime imported.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import baselines, product
+from bench.driver import Driver
+from bench.harness import Row, log
+from bench.procs import Procs, descendants, pss_kb, rss_kb, short_tmpdir
+
+NAME = "memory"
+COUNT = 40
+GOAL_MIB = 10.0
+BUDGET_KIB = 10 * 1024 * 1024  # 10 GiB
+
+
+def _pss(pids: list[int]) -> dict[str, Any]:
+    pss = [pss_kb(pid) for pid in pids]
+    rss = [rss_kb(pid) for pid in pids]
+    measured = [p for p in pss if p is not None]
+    return {
+        "processes": len(pids),
+        "measured": len(measured),
+        "pssKiBTotal": sum(measured),
+        "pssMiBPerProcess": sum(measured) / len(measured) / 1024 if measured else float("nan"),
+        "rssMiBPerProcess": (sum(r for r in rss if r) / max(1, len([r for r in rss if r])) / 1024),
+    }
+
+
+def _product() -> dict[str, Any]:
+    names = [f"m{i}" for i in range(COUNT)]
+    with short_tmpdir() as tmp, Procs() as procs:
+        daemon = product.Daemon(procs, tmp / "p", ["driver", *names], entry=names[0])
+        try:
+            daemon.start()
+            with Driver(
+                daemon.agents_endpoint,
+                "driver",
+                hello=product.ready_frame("driver"),
+                heartbeat=product.heartbeat_frame("driver"),
+            ) as drv:
+                if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
+                    raise RuntimeError("the orchestrator did not take the driver's `ready`")
+                log(f"memory: starting {COUNT} product agents")
+                payload = product.delegate_payload("ping", "mem", "driver")
+                wave = drv.wave([(name, payload) for name in names], timeout_s=120)
+                if wave.ok != COUNT:
+                    raise RuntimeError(f"only {wave.ok} of {COUNT} agents answered")
+                time.sleep(1.0)
+                drv.beat()
+                pids = daemon.agent_pids()
+                agent_pids = [pids[n] for n in names if n in pids]
+                assert daemon.proc is not None
+                others = [p for p in descendants(daemon.proc.pid) if p not in set(pids.values())]
+                result = _pss(agent_pids)
+                result["helpers"] = _pss(others)
+                result["orchestrator"] = _pss([daemon.proc.pid])
+        finally:
+            daemon.stop()
+    return result
+
+
+def _baselines() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with short_tmpdir() as tmp, Procs() as procs:
+        sink = baselines.HelloSink(f"ipc://{tmp / 'hello.sock'}")
+        spawner = baselines.SubprocessSpawner(procs, sink)
+        try:
+            log(f"memory: {COUNT} bare python -c processes")
+            _, lat, pids = spawner.spawn(COUNT)
+            time.sleep(1.0)
+            out["subprocess"] = _pss(pids)
+            spawner.close()
+            forker = baselines.Forker(procs, sink)
+            log(f"memory: {COUNT} os.fork children")
+            _, pids = forker.spawn(COUNT)
+            time.sleep(1.0)
+            out["fork"] = _pss(pids)
+            out["fork"]["preloaded"] = forker.preloaded
+            forker.kill_children(pids)
+        finally:
+            spawner.close()
+            sink.close()
+    return out
+
+
+def run(quick: bool) -> list[Row]:
+    prod = _product()
+    base = _baselines()
+    per_agent = prod["pssMiBPerProcess"]
+    helpers_kib = prod["helpers"]["pssKiBTotal"]
+    # Agents that fit: the helpers' memory is paid once, then each agent its PSS.
+    fit = (BUDGET_KIB - helpers_kib) / (per_agent * 1024) if per_agent else float("nan")
+    sub, fork = base["subprocess"]["pssMiBPerProcess"], base["fork"]["pssMiBPerProcess"]
+    note = ""
+    if prod["helpers"]["processes"]:
+        note = (
+            f"{prod['helpers']['processes']} helper process(es) below the daemon, "
+            f"PSS {helpers_kib / 1024:.1f} MiB in all"
+        )
+    details = {"product": prod, **base}
+    return [
+        Row(
+            f"4 idle PSS per agent ({COUNT} agents)",
+            "MiB",
+            per_agent,
+            sub,
+            "python -c zmq",
+            goal=f"<= {GOAL_MIB:g} MiB",
+            judge=lambda p, b, r: p <= GOAL_MIB,
+            note=note,
+            details=details,
+        ),
+        Row(
+            f"4 idle PSS per agent ({COUNT} agents)",
+            "MiB",
+            per_agent,
+            fork,
+            "os.fork",
+            goal="(same goal)",
+        ),
+        Row(
+            "4 idle agents that fit in 10 GiB",
+            "",
+            fit,
+            BUDGET_KIB / (sub * 1024),
+            "python -c zmq",
+            goal="(follows from PSS)",
+        ),
+    ]

@@ -1,0 +1,157 @@
+"""Figure 7: scale. 200 agents, 10,000 delegates in flight in waves: completed, lost, p99.
+
+Product: a real `goondan run` daemon with 200 scripted agents (no tools), started by a first
+wave of one delegate each (the time until all 200 answered is reported too). Then 50 waves: each
+wave sends one delegate to every agent at once (200 in flight) and waits for all the answers
+before the next; 50 x 200 = 10,000 delegates. The instance key changes every 10 waves, so a
+conversation holds at most 20 messages. Latency is per delegate, from the driver's send to its
+answer. Lost = sent minus answered `ok` (no answer at all, or an error answer; the note splits
+them). Baseline: the same driver and waves through the bare broker to 200 bare agents.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench import baselines, product
+from bench.driver import Driver, WaveResult
+from bench.harness import Row, log, percentile, summary
+from bench.procs import Procs, short_tmpdir
+
+NAME = "scale"
+P99_GOAL_MS = 50.0
+WAVE_TIMEOUT_S = 60.0
+BUDGET_S = 240.0  # per arm, after start-up: waves stop early (and say so) past this
+
+
+def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any]:
+    total = WaveResult()
+    sent = 0
+    started = time.monotonic()
+    payloads = {k: product.delegate_payload("ping", f"k{k}", "driver") for k in range(waves)}
+    for wave in range(waves):
+        if time.monotonic() - started > BUDGET_S:
+            log(f"scale: {tag}: time budget spent after {wave} waves")
+            break
+        payload = payloads[wave // 10]
+        result = drv.wave([(name, payload) for name in names], WAVE_TIMEOUT_S)
+        sent += len(names)
+        total.ok += result.ok
+        total.lost += result.lost
+        total.latencies_s.extend(result.latencies_s)
+        for code, count in result.errors.items():
+            total.errors[code] = total.errors.get(code, 0) + count
+        if (wave + 1) % 10 == 0:
+            log(f"scale: {tag}: {wave + 1}/{waves} waves")
+    ms = [x * 1000 for x in total.latencies_s]
+    return {
+        "sent": sent,
+        "completed": total.ok,
+        "noAnswer": total.lost,
+        "errorAnswers": total.errors,
+        "lost": sent - total.ok,
+        "latencyMs": summary(ms),
+        "p99": percentile(ms, 99),
+        "seconds": time.monotonic() - started,
+    }
+
+
+def _product(names: list[str], waves: int) -> dict[str, Any]:
+    with short_tmpdir() as tmp, Procs() as procs:
+        daemon = product.Daemon(procs, tmp / "p", ["driver", *names], entry=names[0])
+        try:
+            daemon.start()
+            with Driver(
+                daemon.agents_endpoint,
+                "driver",
+                hello=product.ready_frame("driver"),
+                heartbeat=product.heartbeat_frame("driver"),
+            ) as drv:
+                if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
+                    raise RuntimeError("the orchestrator did not take the driver's `ready`")
+                log(f"scale: product: starting {len(names)} agents")
+                payload = product.delegate_payload("ping", "start", "driver", timeout_ms=180_000)
+                started = time.monotonic()
+                first = drv.wave([(name, payload) for name in names], timeout_s=185)
+                startup = {
+                    "seconds": time.monotonic() - started,
+                    "answered": first.ok,
+                    "errors": first.errors,
+                    "lost": first.lost,
+                }
+                if first.ok != len(names):
+                    log(f"scale: product: only {first.ok}/{len(names)} agents answered")
+                result = _waves(drv, names, waves, "product")
+                result["startup"] = startup
+        finally:
+            daemon.stop(timeout_s=60)
+    return result
+
+
+def _bare(names: list[str], waves: int) -> dict[str, Any]:
+    with short_tmpdir() as tmp, Procs() as procs:
+        endpoint = f"ipc://{tmp / 'bare.sock'}"
+        baselines.start_broker(procs, endpoint)
+        log(f"scale: bare: starting {len(names)} agents")
+        started = time.monotonic()
+        reply = product.result_payload("w", "ping", "k0")
+        baselines.start_agents(procs, endpoint, names, reply)
+        with Driver(endpoint, "driver") as drv:
+            payload = product.delegate_payload("ping", "start", "driver")
+            baselines.wait_routable(drv, names, payload, timeout_s=60)
+            startup = {"seconds": time.monotonic() - started, "answered": len(names)}
+            result = _waves(drv, names, waves, "bare")
+            result["startup"] = startup
+    return result
+
+
+def run(quick: bool) -> list[Row]:
+    agents, waves = (100, 20) if quick else (200, 50)
+    names = [f"w{i}" for i in range(agents)]
+    prod = _product(names, waves)
+    bare = _bare(names, waves)
+    label = f"{agents} agents, {prod['sent']:,} delegates"
+    lost_note = f"no answer {prod['noAnswer']}, error answers {prod['errorAnswers'] or 0}"
+    if prod["sent"] < agents * waves:
+        lost_note += f"; only {prod['sent']} of {agents * waves} sent within the time budget"
+    return [
+        Row(
+            f"7 scale {label}: completed",
+            "",
+            prod["completed"],
+            bare["completed"],
+            "bare broker",
+            goal=f"(of {agents * waves:,})",
+            details={"product": prod, "bare": bare, "agents": agents, "waves": waves},
+        ),
+        Row(
+            f"7 scale {label}: lost",
+            "",
+            prod["lost"],
+            bare["lost"],
+            "bare broker",
+            goal="0",
+            judge=lambda p, b, r: p == 0,
+            note=lost_note if prod["lost"] or prod["sent"] < agents * waves else "",
+        ),
+        Row(
+            f"7 scale {label}: p99",
+            "ms",
+            prod["p99"],
+            bare["p99"],
+            "bare broker",
+            goal=f"<= {P99_GOAL_MS:g} ms",
+            judge=lambda p, b, r: p <= P99_GOAL_MS,
+            note=f"p50 {prod['latencyMs'].get('p50', float('nan')):.1f} ms "
+            f"(bare {bare['latencyMs'].get('p50', float('nan')):.1f} ms)",
+        ),
+        Row(
+            f"7 scale: {agents} cold agents started and answering",
+            "s",
+            prod["startup"]["seconds"],
+            bare["startup"]["seconds"],
+            "bare agents",
+            goal="(reported)",
+        ),
+    ]

@@ -1,0 +1,139 @@
+"""Processes the bench starts: a registry that kills every one of them, and /proc readers."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def bench_env(**extra: str) -> dict[str, str]:
+    """The environment for helper processes: `bench` importable, no inherited log level."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env.pop("GOONDAN_LOG_LEVEL", None)
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def short_tmpdir() -> Iterator[Path]:
+    """A temp dir with a short path: unix socket paths are limited to 107 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="gb-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Procs:
+    """Every process a figure starts, each in its own session; `close()` SIGKILLs the groups.
+
+    Use as a context manager so a failing figure still leaves nothing behind.
+    """
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[Any]] = []
+
+    def __enter__(self) -> Procs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def spawn(self, args: list[str], **kwargs: Any) -> subprocess.Popen[Any]:
+        kwargs.setdefault("start_new_session", True)
+        kwargs.setdefault("env", bench_env())
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        kwargs.setdefault("cwd", str(REPO))
+        proc: subprocess.Popen[Any] = subprocess.Popen(args, **kwargs)
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            kill_group(proc)
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+        self.procs.clear()
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process and its session (its children), if still there."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def pss_kb(pid: int) -> int | None:
+    """Proportional set size of one process, from /proc/PID/smaps_rollup."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def rss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def descendants(root_pid: int) -> list[int]:
+    """Every live process below `root_pid` (children, grandchildren...)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found: list[int] = []
+    todo = [root_pid]
+    while todo:
+        pid = todo.pop()
+        for child in children.get(pid, []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
+
+
+def wait_pidfd(fd: int, timeout_s: float) -> float | None:
+    """Block until the process behind `fd` is gone; returns time.monotonic() then, or None."""
+    ready, _, _ = select.select([fd], [], [], timeout_s)
+    return time.monotonic() if ready else None

@@ -1,0 +1,214 @@
+"""The real product, from outside: a generated bundle, a `goondan run` daemon as a subprocess,
+its control socket, its structured logs, and the product's frames made with its own codec.
+
+Nothing here reaches into a running daemon: it is driven through `<state-root>/run/
+agents.sock` and `control.sock` like any agent or CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.procs import PYTHON, Procs
+
+ECHO_REPLY = "You said: {{input}}"
+
+
+def write_bundle(directory: Path, agents: list[str], entry: str) -> Path:
+    """A swarm of scripted agents with no tools; each answers `You said: <input>` in one step.
+
+    The agents go in `agents/<n>/agents.yaml` files of at most 90 documents (a file may hold
+    100); the model and the swarm in `goondan.yaml`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    model = (
+        "apiVersion: goondan.ai/v1\nkind: Model\nmetadata: {name: echo}\nspec:\n"
+        "  provider: scripted\n  model: scripted-v1\n"
+        f"  options: {{default: {json.dumps(ECHO_REPLY)}}}\n"
+    )
+    refs = "".join(f'    - ref: "Agent/{name}"\n' for name in agents)
+    swarm = (
+        "apiVersion: goondan.ai/v1\nkind: Swarm\nmetadata: {name: default}\nspec:\n"
+        f'  entryAgent: "Agent/{entry}"\n  agents:\n{refs}'
+        "  policy:\n    shutdown: {gracePeriodSeconds: 2}\n"
+    )
+    (directory / "goondan.yaml").write_text("---\n".join([model, swarm]))
+    for chunk in range(0, len(agents), 90):
+        docs = [
+            f"apiVersion: goondan.ai/v1\nkind: Agent\nmetadata: {{name: {name}}}\n"
+            'spec:\n  modelConfig: {modelRef: "Model/echo"}\n'
+            for name in agents[chunk : chunk + 90]
+        ]
+        part = directory / "agents" / str(chunk // 90)
+        part.mkdir(parents=True, exist_ok=True)
+        (part / "agents.yaml").write_text("---\n".join(docs))
+    return directory
+
+
+class Daemon:
+    """One `goondan run` in its own session, logs (JSON lines) to a file."""
+
+    def __init__(self, procs: Procs, workdir: Path, agents: list[str], entry: str) -> None:
+        self.procs = procs
+        self.bundle = write_bundle(workdir / "b", agents, entry)
+        self.state_root = workdir / "s"
+        self.log_path = workdir / "daemon.log"
+        self.proc: subprocess.Popen[Any] | None = None
+
+    @property
+    def agents_endpoint(self) -> str:
+        return f"ipc://{self.state_root / 'run' / 'agents.sock'}"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        with open(self.log_path, "wb") as log:
+            self.proc = self.procs.spawn(
+                [
+                    PYTHON,
+                    "-m",
+                    "goondan.cli.main",
+                    "run",
+                    str(self.bundle),
+                    "--state-root",
+                    str(self.state_root),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"goondan run exited: {self.log_tail()}")
+            if (self.state_root / "run" / "orchestrator.json").exists():
+                with contextlib.suppress(Exception):
+                    self.status()
+                    return
+            time.sleep(0.02)
+        raise RuntimeError(f"goondan run did not come up in {timeout_s:g}s: {self.log_tail()}")
+
+    def _client(self) -> Any:
+        from goondan.cli.client import ControlClient
+        from goondan.paths import StatePaths
+
+        return ControlClient(StatePaths.at(self.state_root))
+
+    def status(self) -> dict[str, Any]:
+        with self._client() as client:
+            reply = client.command("status", timeout_s=10.0)
+        if not reply.ok:
+            raise RuntimeError(f"status failed: {reply.error}")
+        result: dict[str, Any] = reply.result
+        return result
+
+    def processes(self) -> dict[str, dict[str, Any]]:
+        return {row["name"]: row for row in self.status().get("processes", [])}
+
+    def agent_pids(self) -> dict[str, int]:
+        return {name: row["pid"] for name, row in self.processes().items() if row.get("pid")}
+
+    def wait_status(self, names: list[str], statuses: set[str], timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            table = self.processes()
+            if all(table.get(n, {}).get("status") in statuses for n in names):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """`stop` through the control socket, then SIGKILL whatever is left."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(Exception):
+                with self._client() as client:
+                    client.command("stop", timeout_s=5.0)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=timeout_s)
+        from bench.procs import kill_group
+
+        kill_group(self.proc)
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def log_events(self, event: str) -> list[dict[str, Any]]:
+        """Every JSON log line whose `event` is `event`, with `ts` (epoch seconds) added."""
+        found = []
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        for line in text.splitlines():
+            if event not in line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("event") != event or "timestamp" not in record:
+                continue
+            with contextlib.suppress(ValueError, TypeError):
+                stamp = datetime.datetime.fromisoformat(str(record["timestamp"]))
+                if stamp.tzinfo is None:
+                    stamp = stamp.replace(tzinfo=datetime.UTC)
+                record["ts"] = stamp.timestamp()
+                found.append(record)
+        return found
+
+
+@contextlib.contextmanager
+def running(procs: Procs, workdir: Path, agents: list[str], entry: str) -> Iterator[Daemon]:
+    daemon = Daemon(procs, workdir, agents, entry)
+    try:
+        daemon.start()
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+# -- the product's frames, made with its own codec ---------------------------------------------
+
+
+def delegate_payload(text: str, instance_key: str, source: str, timeout_ms: int = 60_000) -> bytes:
+    from ipc import messages as wire
+
+    payload = wire.Delegate(
+        input=text,
+        instance_key=instance_key,
+        source=wire.Source("agent", source),
+        timeout_ms=timeout_ms,
+    )
+    return bytes(wire.encode_payload(payload))
+
+
+def result_payload(target: str, text: str, instance_key: str) -> bytes:
+    """What a product agent answers to `delegate_payload(text, ...)` with the echo model."""
+    from ipc import messages as wire
+
+    reply = ECHO_REPLY.replace("{{input}}", text)
+    return bytes(
+        wire.encode_payload(wire.DelegateResult("ok", target, reply, instance_key=instance_key))
+    )
+
+
+def ready_frame(name: str) -> bytes:
+    from ipc import messages as wire
+
+    ready = wire.Ready(wire.PROTOCOL_VERSION, os.getpid(), name)
+    return wire.encode(wire.READY, name, wire.ORCHESTRATOR, ready)
+
+
+def heartbeat_frame(name: str) -> bytes:
+    from ipc import messages as wire
+
+    return wire.encode(wire.HEARTBEAT, name, wire.ORCHESTRATOR)
