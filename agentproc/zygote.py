@@ -59,7 +59,8 @@ def _child(argv: list[str], fds: tuple[int, ...]) -> None:
     os.dup2(2, 1)
     for fd in {devnull, *fds} - {0, 1, 2}:
         os.close(fd)
-    gc.unfreeze()
+    # Objects inherited from the template stay frozen: collecting them would write to (and
+    # so un-share) every page they live on. gc still collects what this agent allocates.
     code = 1
     try:
         code = agentproc.main.main(argv)
@@ -81,9 +82,9 @@ def warm_up(bundle: str | None) -> None:
     if bundle is None:
         return
     try:
-        from goondan.bundle import load_bundle
+        from goondan.bundle.cache import load_bundle_cached
 
-        load_bundle(bundle)
+        load_bundle_cached(bundle)
     except Exception:  # a broken bundle is reported by the agents themselves
         pass
 
