@@ -1,7 +1,8 @@
 """A conversation on disk, event sourced: `base.jsonl` + `events.jsonl`.
 
-Every message appended during a turn is written to `events.jsonl` (to the OS, before the loop
-moves on), so an agent crash loses nothing. At turn end `fold()` writes a new base atomically
+Every message change during a turn (append, and the replace / remove / truncate extensions
+emit) is written to `events.jsonl` (to the OS, before the loop moves on), so an agent crash
+loses nothing. At turn end `fold()` writes a new base atomically
 (write, fsync, rename) and only then empties the events. Loading replays base + events, and
 gives every tool call that never got a result a synthetic error result, written back to disk,
 so the conversation stays valid for the provider.
@@ -34,7 +35,16 @@ class Truncate(MessageEvent, frozen=True, tag="truncate"):
     pass
 
 
-AnyEvent = Append | Truncate
+class Replace(MessageEvent, frozen=True, tag="replace"):
+    target_id: str
+    message: Message
+
+
+class Remove(MessageEvent, frozen=True, tag="remove"):
+    target_id: str
+
+
+AnyEvent = Append | Truncate | Replace | Remove
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _message_decoder = msgspec.json.Decoder(Message)
@@ -60,10 +70,7 @@ class Conversation:
             except msgspec.DecodeError:
                 break  # a torn last line from a crash: everything before it is intact
             replayed = True
-            if isinstance(event, Append):
-                self.messages.append(event.message)
-            else:
-                self.messages.clear()
+            _apply(self.messages, event)
         repaired = _answer_dangling_tool_calls(self.messages)
         self._dirty = replayed or repaired
         if self._dirty:
@@ -77,6 +84,22 @@ class Conversation:
     def truncate(self) -> None:
         self.messages.clear()
         self._write_event(Truncate())
+
+    def replace(self, target_id: str, message: Message) -> bool:
+        """Put `message` where the message `target_id` is; False when there is none."""
+        event = Replace(target_id, message)
+        if not _apply(self.messages, event):
+            return False
+        self._write_event(event)
+        return True
+
+    def remove(self, target_id: str) -> bool:
+        """Drop the message `target_id`; False when there is none."""
+        event = Remove(target_id)
+        if not _apply(self.messages, event):
+            return False
+        self._write_event(event)
+        return True
 
     def fold(self) -> None:
         """Make base = base + events, atomically, then clear the events."""
@@ -124,11 +147,25 @@ def read_messages(directory: Path) -> list[Message]:
             event = _event_decoder.decode(line)
         except msgspec.DecodeError:
             break
-        if isinstance(event, Append):
-            messages.append(event.message)
-        else:
-            messages.clear()
+        _apply(messages, event)
     return messages
+
+
+def _apply(messages: list[Message], event: AnyEvent) -> bool:
+    """Apply one event; False for a replace/remove whose target is not there (ignored)."""
+    if isinstance(event, Append):
+        messages.append(event.message)
+    elif isinstance(event, Truncate):
+        messages.clear()
+    else:
+        index = next((i for i, m in enumerate(messages) if m.id == event.target_id), None)
+        if index is None:
+            return False
+        if isinstance(event, Replace):
+            messages[index] = event.message
+        else:
+            del messages[index]
+    return True
 
 
 def _lines(path: Path) -> list[bytes]:

@@ -13,12 +13,14 @@ from typing import Any
 import structlog
 import zmq
 
+from agentproc.catalog import ToolPolicy
+from agentproc.extensions import EventBus, ExtensionStartError, load_extensions, plan_extensions
 from agentproc.messages import ModelError
 from agentproc.process import AgentProcess
 from agentproc.providers import make_provider
 from agentproc.tool_registry import ToolLoadError, ToolRegistry
 from agentproc.turn import AgentDefinition
-from goondan.bundle import BundleInvalid, load_bundle, resolve_value
+from goondan.bundle import AgentSpec, BundleInvalid, Resource, load_bundle, resolve_value
 from goondan.logs import configure_logging
 from goondan.paths import StatePaths
 from ipc import messages as wire
@@ -42,7 +44,10 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[str, Any]]:
+async def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[str, Any]]:
+    """Load the bundle and make this agent: provider, tools, extensions, policies.
+
+    Raises StartError with a message for whoever waits on the agent."""
     try:
         bundle = load_bundle(args.bundle)
     except BundleInvalid as exc:
@@ -62,14 +67,33 @@ def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[st
         raise StartError(f"{model_resource.label}: {exc}") from None
     except ToolLoadError as exc:
         raise StartError(str(exc)) from None
+    spec: AgentSpec = agent.spec
+    policy = swarm.spec.policy
     definition = AgentDefinition(
         name=agent.name,
         provider=provider,
         registry=registry,
         system_prompt=bundle.system_prompt(agent),
-        params=dict(agent.spec.model_config.params),
-        max_steps=swarm.spec.policy.max_steps_per_turn,
+        params=dict(spec.model_config.params),
+        max_steps=policy.max_steps_per_turn,
+        policy=ToolPolicy(spec.tool_policy),
+        budget=policy.budget,
+        loop_detection=policy.loop_detection,
+        pricing=model.pricing,
+        bus=EventBus(),
     )
+    try:
+        await load_extensions(
+            plan_extensions(bundle, agent),
+            agent_name=agent.name,
+            pipeline=definition.pipeline,
+            registry=registry,
+            bus=definition.bus or EventBus(),
+        )
+        _check_tools(agent, definition)
+    except (ExtensionStartError, StartError) as exc:
+        await provider.aclose()
+        raise StartError(str(exc)) from None
     names = sorted(agents)
     catalog = {
         "swarmName": swarm.name,
@@ -79,6 +103,39 @@ def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[st
         "callableAgents": [n for n in names if n != agent.name],
     }
     return definition, catalog
+
+
+def _check_tools(agent: Resource, definition: AgentDefinition) -> None:
+    """Required tools must exist; policy patterns that match nothing are worth a warning."""
+    log = structlog.get_logger().bind(agent=agent.name)
+    spec: AgentSpec = agent.spec
+    tools = [e.name for e in definition.registry.entries() if e.source != "runtime"]
+    missing = [name for name in spec.required_tools if name not in tools]
+    if missing:
+        offered = ", ".join(n for n in tools if definition.policy.permits(n)) or "none"
+        raise StartError(
+            f"{agent.label}: spec.requiredTools names {', '.join(missing)}, which "
+            f"{'is not a tool' if len(missing) == 1 else 'are not tools'} of this agent "
+            f"(its tools: {offered}); add the Tool to spec.tools or fix the name"
+        )
+    for pattern in definition.policy.unmatched(tools):
+        log.warning(
+            "toolPolicy entry matches no tool of this agent",
+            pattern=pattern,
+            tools=tools,
+            where=f"{agent.label} spec.toolPolicy",
+        )
+    denied = [name for name in spec.required_tools if not definition.policy.permits(name)]
+    if denied:
+        raise StartError(
+            f"{agent.label}: spec.requiredTools names {', '.join(denied)}, which "
+            "spec.toolPolicy does not allow; allow it or drop it from requiredTools"
+        )
+    if definition.budget.max_turn_cost_usd is not None and definition.pricing is None:
+        log.warning(
+            "policy.budget.maxTurnCostUsd is set but the agent's Model has no spec.pricing: "
+            "the cost limit cannot apply"
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -97,7 +154,7 @@ async def _serve(args: argparse.Namespace) -> int:
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = connect_dealer(ctx, args.endpoint, args.agent)
     try:
-        definition, catalog = build_definition(args)
+        definition, catalog = await build_definition(args)
     except (StartError, LookupError) as exc:
         log.error("agent cannot start", error=str(exc))
         error = wire.ErrorInfo("E_AGENT_START", str(exc))

@@ -1,27 +1,27 @@
-"""The neutral message model of the agent loop; provider adapters translate it to their wire."""
+"""The neutral message model of the agent loop; provider adapters translate it to their wire.
+
+`Message` and `ToolCall` are public (tools and extensions see them) and live in
+`goondan.messages`; they are re-exported here for the loop and the providers.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
-Role = Literal["system", "user", "assistant", "tool"]
+from goondan.messages import Message, Role, ToolCall
 
-
-class ToolCall(msgspec.Struct, frozen=True):
-    id: str
-    name: str
-    arguments: str  # the JSON text as the model produced it (may be malformed)
-
-
-class Message(msgspec.Struct, frozen=True, omit_defaults=True):
-    id: str
-    role: Role
-    content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_call_id: str | None = None  # role == "tool": the call this answers
-    metadata: dict[str, Any] = {}
+__all__ = [
+    "Message",
+    "ModelError",
+    "ModelReply",
+    "ModelRequest",
+    "Role",
+    "ToolCall",
+    "ToolDefinition",
+    "Usage",
+]
 
 
 class ToolDefinition(msgspec.Struct, frozen=True):

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from agentproc.messages import Message
+from agentproc.tracing import current_span
 from goondan.delegation import DelegateError, RequestTimeout, delegate_error
 from goondan.tools import DelegateReply
 from ipc import messages as wire
@@ -53,11 +54,18 @@ class PeerClient:
         cid: str,
         trace_id: str | None,
         timeout_ms: int,
+        span_id: str | None = None,
     ) -> wire.DelegateResult:
         future: asyncio.Future[wire.DelegateResult] = asyncio.get_running_loop().create_future()
         self._waiting[cid] = future
         frame = wire.encode(
-            wire.DELEGATE, self.agent_name, target, payload, correlation_id=cid, trace_id=trace_id
+            wire.DELEGATE,
+            self.agent_name,
+            target,
+            payload,
+            correlation_id=cid,
+            trace_id=trace_id,
+            span_id=span_id,  # the caller's tool span: the callee's turn names it as parent
         )
         try:
             self._send(frame)
@@ -94,8 +102,18 @@ class PeerClient:
             raise delegate_error(error.code, error.message, error.suggestion)
         return reply.result
 
-    def send_event(self, target: str, payload: wire.Event, trace_id: str | None) -> None:
-        self._send(wire.encode(wire.EVENT, self.agent_name, target, payload, trace_id=trace_id))
+    def send_event(
+        self,
+        target: str,
+        payload: wire.Event,
+        trace_id: str | None,
+        span_id: str | None = None,
+    ) -> None:
+        self._send(
+            wire.encode(
+                wire.EVENT, self.agent_name, target, payload, trace_id=trace_id, span_id=span_id
+            )
+        )
 
     def resolve(self, correlation_id: str | None, result: wire.DelegateResult) -> bool:
         future = self._waiting.get(correlation_id or "")
@@ -179,7 +197,12 @@ class TurnRuntime:
             timeout_ms=timeout,
         )
         result = await self._peers.request(
-            target, payload, cid=cid, trace_id=self._trace_id, timeout_ms=timeout
+            target,
+            payload,
+            cid=cid,
+            trace_id=self._trace_id,
+            timeout_ms=timeout,
+            span_id=current_span.get(),
         )
         if result.status == "error":
             error = result.error or wire.ErrorInfo("AGENT_REQUEST_ERROR", "unknown error")
@@ -193,7 +216,7 @@ class TurnRuntime:
             instance_key=instance_key or self._instance_key,
             source=wire.Source("agent", me),
         )
-        self._peers.send_event(target, payload, self._trace_id)
+        self._peers.send_event(target, payload, self._trace_id, current_span.get())
 
     async def spawn(self, target: str, *, instance_key: str | None = None) -> dict[str, Any]:
         args = {"target": target, "instanceKey": instance_key, "owner": self._instance_key}

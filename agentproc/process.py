@@ -11,7 +11,7 @@ import msgspec
 import structlog
 import zmq
 
-from agentproc.conversation import Conversation
+from agentproc.instance import Instance
 from agentproc.instances import InstanceQueues
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
@@ -21,7 +21,7 @@ from ipc import messages as wire
 from ipc.channel import Channel
 
 HEARTBEAT_INTERVAL_S = 1.0
-INBOX_LIMIT = 256  # async responses waiting for an instance's next step
+CANCEL_WAIT_S = 2.0  # after the grace period: how long cancelled turns get to wind down
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -35,6 +35,7 @@ class Job(msgspec.Struct, frozen=True):
     request_id: str = ""
     correlation_id: str | None = None
     reply_to: str = ""
+    parent_span_id: str | None = None  # the requester's span (its tool call), for traces
 
 
 class AgentProcess:
@@ -56,8 +57,7 @@ class AgentProcess:
         self.log = structlog.get_logger().bind(agent=self.name)
         self.peers = PeerClient(self.name, self._send)
         self.queues: InstanceQueues[Job] = InstanceQueues(self._run_job)
-        self._conversations: dict[str, Conversation] = {}
-        self._inboxes: dict[str, list[Message]] = {}
+        self._instances: dict[str, Instance] = {}
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
 
@@ -104,35 +104,36 @@ class AgentProcess:
                 env.correlation_id or "",
                 env.correlation_id,
                 env.from_,
+                env.span_id,
             )
         else:
             e = wire.decode_payload(env, wire.Event)
-            job = Job(e.input, e.instance_key, e.source, (), env.trace_id or secrets.token_hex(16))
+            job = Job(
+                e.input,
+                e.instance_key,
+                e.source,
+                (),
+                env.trace_id or secrets.token_hex(16),
+                parent_span_id=env.span_id,
+            )
         self.queues.submit(job.instance_key, job)
 
     # -- work --------------------------------------------------------------------------------
 
-    def _conversation(self, key: str) -> Conversation:
-        conversation = self._conversations.get(key)
-        if conversation is None:
+    def _instance(self, key: str) -> Instance:
+        instance = self._instances.get(key)
+        if instance is None:
             directory = self.paths.conversation_dir(self.swarm, key, self.name)
-            conversation = self._conversations[key] = Conversation(directory)
-            conversation.load()
-        return conversation
+            instance = self._instances[key] = Instance(key, directory).load()
+        return instance
 
     def _deliver_async(self, key: str, message: Message) -> None:
         """An async request's answer: it joins the conversation before the next step/turn."""
-        inbox = self._inboxes.setdefault(key, [])
-        inbox.append(message)
-        if len(inbox) > INBOX_LIMIT:
-            dropped = inbox.pop(0)
-            self.log.warning("inbox full; oldest async response dropped", messageId=dropped.id)
-
-    def _take_inbox(self, key: str) -> list[Message]:
-        return self._inboxes.pop(key, [])
+        self._instance(key).deliver(message)
 
     async def _run_job(self, key: str, job: Job) -> None:
-        conversation = self._conversation(key)
+        instance = self._instance(key)
+        conversation = instance.conversation
         replay = find_request(conversation.messages, job.request_id)
         if replay is not None and replay.answer is not None:
             # Answered before the crash or restart, but the answer never arrived: resend it.
@@ -148,18 +149,22 @@ class AgentProcess:
             deliver_async=lambda message: self._deliver_async(key, message),
         )
         turn_input = TurnInput(
-            job.input, key, job.trace_id, f"{job.source.kind}:{job.source.name}", job.request_id
+            job.input,
+            key,
+            job.trace_id,
+            f"{job.source.kind}:{job.source.name}",
+            job.request_id,
+            parent_span_id=job.parent_span_id,
         )
         restart_reason: str | None = None
         try:
             outcome = await run_turn(
                 self.definition,
-                conversation,
+                instance,
                 turn_input,
                 runtime,
                 self.paths.workdir(self.swarm, key),
                 resume=replay is not None,
-                inbox=lambda: self._take_inbox(key),
             )
             restart_reason = outcome.restart_reason
             if outcome.error_code is None:
@@ -214,9 +219,13 @@ class AgentProcess:
         except TimeoutError:
             self.log.warning("shutdown grace period over; stopping unfinished turns")
             self.queues.cancel_all()
-        for conversation in self._conversations.values():
-            conversation.fold()
-            conversation.close()
+            try:  # let the cancelled turns answer their tool calls and write their events
+                await asyncio.wait_for(self.queues.wait_idle(), CANCEL_WAIT_S)
+            except TimeoutError:
+                pass
+        for instance in self._instances.values():
+            instance.close()
+        self.definition.executor.close()
         if self._shutdown is not None:
             self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))
             await asyncio.sleep(0)  # let the channel flush before we close it

@@ -1,24 +1,35 @@
 """Runs one tool call against the registry and the step's catalog; never raises.
 
-Order (upstream `ToolExecutor`): catalog check, argument parsing and validation, handler lookup,
-handler call. Every failure becomes a structured error the LLM reads, and the turn goes on.
+Order (upstream `ToolExecutor`): policy and catalog check, argument validation, handler lookup,
+handler call (with its timeout). Every failure becomes a structured error the LLM reads, and
+the turn goes on. Sync handlers run in a thread pool of their own, async ones on the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import time
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fastjsonschema
 import msgspec
 
 from agentproc.messages import ToolCall
-from agentproc.tool_registry import ToolRegistry
-from goondan.tools import ToolContext, ToolErrorInfo, ToolResult
+from agentproc.tool_args import ArgumentsError, parse_arguments, problems, summarize
+from agentproc.tool_registry import ToolEntry, ToolRegistry
+from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolResult
 
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000
+DEFAULT_TOOL_TIMEOUT_MS = 900_000  # 15 min: above the longest base tool limit (bash, 10 min)
+TOOL_THREADS = 64  # sync handlers at once; a timed-out one keeps its thread until it returns
 _TRUNCATION_SUFFIX = "... (truncated)"
+_encoder = msgspec.json.Encoder()
+
+PendingSubmit = Callable[[Pending, ToolEntry], ToolResult]
+"""Starts a `Pending` handler result's work and returns what the LLM reads meanwhile."""
 
 
 def truncate_error_message(message: str, limit: int) -> str:
@@ -31,67 +42,187 @@ def truncate_error_message(message: str, limit: int) -> str:
     return message[: limit - len(_TRUNCATION_SUFFIX)] + _TRUNCATION_SUFFIX
 
 
+class ToolExecutor:
+    """The core of a tool call, shared by all instances of the agent."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        default_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS,
+        threads: int = TOOL_THREADS,
+    ) -> None:
+        self.registry = registry
+        self.default_timeout_ms = default_timeout_ms
+        self._pool: ThreadPoolExecutor | None = None
+        self._threads = threads
+        self._locks: dict[str, asyncio.Lock] = {}  # one per sequential tool, process-wide
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def invoke(
+        self,
+        name: str,
+        args: dict[str, Any],
+        make_context: Callable[[], ToolContext],
+        *,
+        catalog: Collection[str],
+        denied: Callable[[str], ToolResult | None] | None = None,
+        allow_registry_calls: bool = False,
+        submit: PendingSubmit | None = None,
+    ) -> ToolResult:
+        """Policy, catalog, lookup, validation, then the handler. `denied(name)` returns the
+        error for a call the tool policy refuses, or None."""
+        if denied is not None:
+            refusal = denied(name)
+            if refusal is not None:
+                return refusal
+        entry = self.registry.get(name)
+        if name not in catalog and not (allow_registry_calls and entry is not None):
+            return not_in_catalog(name, catalog)
+        if entry is None:
+            return ToolResult.fail(
+                ToolErrorInfo(
+                    code="E_TOOL_NOT_FOUND",
+                    name="ToolNotFoundError",
+                    message=f"Tool '{name}' has no handler in this agent's Tool Registry.",
+                    suggestion="Call one of the tools offered in this step.",
+                )
+            )
+        try:
+            entry.validate(args)
+        except fastjsonschema.JsonSchemaValueException as exc:
+            problem = _describe(entry.parameters, args, exc)
+            return invalid_args(name, problem, entry.parameters, entry.error_message_limit)
+        return await self.call_handler(entry, args, make_context(), submit)
+
+    async def call_handler(
+        self,
+        entry: ToolEntry,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        submit: PendingSubmit | None = None,
+    ) -> ToolResult:
+        timeout_ms = entry.timeout_ms or self.default_timeout_ms
+        lock = self._locks.setdefault(entry.name, asyncio.Lock()) if entry.sequential else None
+        started = time.monotonic()
+        try:
+            if lock is not None:
+                async with lock:
+                    output = await self._run(entry, args, ctx, timeout_ms)
+            else:
+                output = await self._run(entry, args, ctx, timeout_ms)
+        except TimeoutError:
+            return ToolResult.fail(
+                ToolErrorInfo(
+                    code="E_TOOL_TIMEOUT",
+                    name="ToolTimeoutError",
+                    message=f"Tool '{entry.name}' did not finish within {timeout_ms} ms.",
+                    suggestion="Try a smaller piece of work, or raise the Tool's "
+                    "spec.timeoutMs if it legitimately takes longer.",
+                ),
+                details={"timeoutMs": timeout_ms, "elapsedMs": _ms_since(started)},
+            )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handler errors are data, never crashes
+            return ToolResult.fail(error_info(exc, entry.error_message_limit))
+        return shape_output(entry, output, submit)
+
+    async def _run(
+        self, entry: ToolEntry, args: dict[str, Any], ctx: ToolContext, timeout_ms: int
+    ) -> Any:
+        async with asyncio.timeout(timeout_ms / 1000):
+            if entry.is_async:
+                return await entry.handler(ctx, args)
+            # Sync handlers run off the loop so a slow one never blocks other instances. The
+            # context (trace span) goes with it; a thread cannot be killed on timeout, so it
+            # runs on and its late result is dropped.
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="tool")
+            call = contextvars.copy_context().run
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._pool, call, entry.handler, ctx, args)
+
+
+def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) -> ToolResult:
+    """A handler's return value as a ToolResult: plain JSON data, a ToolResult, a Pending."""
+    if isinstance(output, ToolResult):
+        if output.error is not None:
+            message = truncate_error_message(output.error.message, entry.error_message_limit)
+            output = msgspec.structs.replace(
+                output, error=msgspec.structs.replace(output.error, message=message)
+            )
+        return _json_checked(entry.name, output)
+    if isinstance(output, Pending):
+        if submit is None:
+            return ToolResult.fail(
+                ToolErrorInfo(
+                    code="E_TOOL_PENDING_UNSUPPORTED",
+                    name="ToolPendingError",
+                    message=f"Tool '{entry.name}' returned a Pending result, which cannot be "
+                    "run in this context.",
+                )
+            )
+        return submit(output, entry)
+    return _json_checked(entry.name, ToolResult.ok(output))
+
+
+def _json_checked(name: str, result: ToolResult) -> ToolResult:
+    try:
+        _encoder.encode(result)  # the LLM reads JSON: refuse what cannot become JSON
+    except (TypeError, ValueError, OverflowError) as exc:
+        return ToolResult.fail(
+            ToolErrorInfo(
+                code="E_TOOL_BAD_OUTPUT",
+                name=type(exc).__name__,
+                message=f"Tool '{name}' returned a value that is not JSON: {exc}",
+            )
+        )
+    return result
+
+
 async def execute_tool_call(
     registry: ToolRegistry,
     catalog: Collection[str],
     call: ToolCall,
     make_context: Callable[[ToolCall], ToolContext],
 ) -> ToolResult:
-    if call.name not in catalog:
-        return ToolResult.fail(
-            ToolErrorInfo(
-                code="E_TOOL_NOT_IN_CATALOG",
-                name="ToolNotInCatalogError",
-                message=f"Tool '{call.name}' is not available in the current Tool Catalog.",
-                suggestion="Call one of the tools offered in this step: "
-                + ", ".join(sorted(catalog)),
-            )
-        )
-    entry = registry.get(call.name)
-    if entry is None:
-        return ToolResult.fail(
-            ToolErrorInfo(
-                code="E_TOOL_NOT_FOUND",
-                name="ToolNotFoundError",
-                message=f"Tool '{call.name}' has no handler in this agent's Tool Registry.",
-            )
-        )
+    """One call, start to end, without middleware (tools' own tests, the dispatch bench)."""
     try:
-        args = msgspec.json.decode(call.arguments or "{}")
-    except msgspec.DecodeError as exc:
-        return _invalid_args(call.name, f"arguments are not valid JSON ({exc})")
-    if not isinstance(args, dict):
-        return _invalid_args(call.name, "arguments must be a JSON object")
-    try:
-        entry.validate(args)
-    except fastjsonschema.JsonSchemaValueException as exc:
-        return _invalid_args(call.name, exc.message, schema=entry.parameters)
-
-    ctx = make_context(call)
-    try:
-        if entry.is_async:
-            output = await entry.handler(ctx, args)
-        else:
-            # Sync handlers run off the loop so a slow one never blocks other instances.
-            output = await asyncio.to_thread(entry.handler, ctx, args)
-    except asyncio.CancelledError:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - handler errors are data, never crashes
-        return ToolResult.fail(_error_info(exc, entry.error_message_limit))
-    try:
-        msgspec.json.encode(output)  # the LLM reads JSON: refuse what cannot become JSON
-    except (TypeError, ValueError) as exc:
-        return ToolResult.fail(
-            ToolErrorInfo(
-                code="E_TOOL_BAD_OUTPUT",
-                name=type(exc).__name__,
-                message=f"Tool '{call.name}' returned a value that is not JSON: {exc}",
-            )
-        )
-    return ToolResult.ok(output)
+        args = parse_arguments(call.arguments)
+    except ArgumentsError as exc:
+        return invalid_args(call.name, str(exc))
+    executor = _executors.get(id(registry))
+    if executor is None or executor.registry is not registry:
+        executor = _executors[id(registry)] = ToolExecutor(registry)
+    return await executor.invoke(call.name, args, lambda: make_context(call), catalog=catalog)
 
 
-def _invalid_args(name: str, problem: str, schema: dict[str, Any] | None = None) -> ToolResult:
+_executors: dict[int, ToolExecutor] = {}
+
+
+def not_in_catalog(name: str, catalog: Collection[str]) -> ToolResult:
+    offered = ", ".join(sorted(catalog)) or "none"
+    return ToolResult.fail(
+        ToolErrorInfo(
+            code="E_TOOL_NOT_IN_CATALOG",
+            name="ToolNotInCatalogError",
+            message=f"Tool '{name}' is not available in the current Tool Catalog.",
+            suggestion=f"Call one of the tools offered in this step: {offered}. (An operator "
+            "adds tools through the Agent's spec.tools or an extension.)",
+        )
+    )
+
+
+def invalid_args(
+    name: str,
+    problem: str,
+    schema: dict[str, Any] | None = None,
+    limit: int = DEFAULT_ERROR_MESSAGE_LIMIT,
+) -> ToolResult:
     suggestion = "Fix the arguments to match the tool's parameters and call it again."
     if schema is not None:
         required = schema.get("required", [])
@@ -101,13 +232,24 @@ def _invalid_args(name: str, problem: str, schema: dict[str, Any] | None = None)
         ToolErrorInfo(
             code="E_TOOL_INVALID_ARGS",
             name="ToolInputValidationError",
-            message=f"Invalid arguments for tool '{name}': {problem.replace('data', 'args', 1)}",
+            message=truncate_error_message(
+                f"Invalid arguments for tool '{name}': {problem}", limit
+            ),
             suggestion=suggestion,
         )
     )
 
 
-def _error_info(exc: BaseException, limit: int) -> ToolErrorInfo:
+def _describe(
+    schema: dict[str, Any], args: dict[str, Any], exc: fastjsonschema.JsonSchemaValueException
+) -> str:
+    found = problems(schema, args)
+    if not found:  # a keyword our walk does not know: the compiled validator's own words
+        return str(exc.message).replace("data", "args", 1)
+    return summarize(found)
+
+
+def error_info(exc: BaseException, limit: int) -> ToolErrorInfo:
     message = str(exc) or "Unknown tool execution error"
     code = getattr(exc, "code", None)
     return ToolErrorInfo(
@@ -121,3 +263,7 @@ def _error_info(exc: BaseException, limit: int) -> ToolErrorInfo:
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _ms_since(started: float) -> int:
+    return round((time.monotonic() - started) * 1000)

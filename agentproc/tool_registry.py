@@ -1,7 +1,10 @@
-"""The Tool Registry: every executable handler of this agent, loaded once at start.
+"""The Tool Registry: every executable handler of this agent.
 
-Each Tool resource's `entry` module defines `handlers = {"export": fn}`; each export becomes
-`{resource}__{export}`. Argument validators are compiled once here, not per call.
+Config tools come from the agent's Tool resources, loaded once at start: each resource's
+`entry` module defines `handlers = {"export": fn}`, and each export becomes
+`{resource}__{export}`. Extensions add tools at run time (`api.tools.register`); a config tool
+keeps its name if an extension registers the same one. Argument validators are compiled once,
+when a tool is registered, not per call.
 """
 
 from __future__ import annotations
@@ -9,16 +12,20 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
 
 import fastjsonschema
 import msgspec
 
 from agentproc.messages import ToolDefinition
 from goondan.bundle.model import Resource, ToolSpec
+from goondan.bundle.names import LLM_TOOL_NAME, TOOL_SEPARATOR
+from goondan.tools import ToolCatalogItem
 
 Handler = Callable[..., Any]
+Source = Literal["config", "extension", "runtime"]
+DEFAULT_ERROR_MESSAGE_LIMIT = 1000
 
 
 class ToolLoadError(Exception):
@@ -34,15 +41,75 @@ class ToolEntry(msgspec.Struct, frozen=True):
     handler: Handler
     is_async: bool
     validate: Callable[[Any], Any]
-    error_message_limit: int
+    error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT
+    timeout_ms: int | None = None  # None: the agent's default
+    sequential: bool = False
+    source: Source = "config"
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(self.name, self.description, self.parameters)
 
+    def catalog_item(self) -> ToolCatalogItem:
+        return ToolCatalogItem(self.name, self.description, self.parameters, self.source)
+
+
+def check_tool_name(name: str) -> str | None:
+    """Why `name` cannot be a tool name, or None: `{resource}__{export}`, one separator, both
+    parts non-empty, and the whole within what OpenAI and Anthropic accept."""
+    resource, sep, export = name.partition(TOOL_SEPARATOR)
+    if not sep or not resource or not export:
+        return f"'{name}' must have the form '{{name}}{TOOL_SEPARATOR}{{tool}}'"
+    if TOOL_SEPARATOR in export:
+        return f"'{name}' contains '{TOOL_SEPARATOR}' more than once"
+    if not LLM_TOOL_NAME.match(name):
+        return f"'{name}' must match ^[a-zA-Z0-9_-]{{1,64}}$ (what LLM APIs accept)"
+    return None
+
+
+def make_entry(
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    handler: Handler,
+    *,
+    error_message_limit: int = DEFAULT_ERROR_MESSAGE_LIMIT,
+    timeout_ms: int | None = None,
+    sequential: bool = False,
+    source: Source = "config",
+) -> ToolEntry:
+    """A registry entry with its validator compiled. Raises ValueError for a bad name, handler
+    or schema."""
+    problem = check_tool_name(name)
+    if problem is not None:
+        raise ValueError(problem)
+    if not callable(handler):
+        raise ValueError(f"the handler of '{name}' is not callable")
+    try:
+        validator = fastjsonschema.compile(parameters)
+    except Exception as exc:  # fastjsonschema raises assorted errors for malformed schemas
+        raise ValueError(f"'{name}' has an invalid parameters schema: {exc}") from None
+    resource, _, export = name.partition(TOOL_SEPARATOR)
+    return ToolEntry(
+        name=name,
+        resource=resource,
+        export=export,
+        description=description,
+        parameters=parameters,
+        handler=handler,
+        is_async=inspect.iscoroutinefunction(handler),
+        validate=validator,
+        error_message_limit=error_message_limit,
+        timeout_ms=timeout_ms,
+        sequential=sequential,
+        source=source,
+    )
+
 
 class ToolRegistry:
     def __init__(self, entries: list[ToolEntry]) -> None:
-        self._entries = {entry.name: entry for entry in entries}
+        self._config = {entry.name: entry for entry in entries if entry.source == "config"}
+        self._dynamic = {entry.name: entry for entry in entries if entry.source != "config"}
+        self.version = 0  # bumped on every change, so a cached catalog knows to rebuild
 
     @classmethod
     def from_resources(cls, tools: list[Resource]) -> ToolRegistry:
@@ -51,14 +118,29 @@ class ToolRegistry:
             entries.extend(_load_tool(resource))
         return cls(entries)
 
+    def register(self, entry: ToolEntry) -> bool:
+        """Add (or replace) an extension or runtime tool. False when a config tool already
+        has the name: the config tool wins."""
+        if entry.name in self._config:
+            return False
+        self._dynamic[entry.name] = entry
+        self.version += 1
+        return True
+
     def get(self, name: str) -> ToolEntry | None:
-        return self._entries.get(name)
+        entry = self._config.get(name)
+        return entry if entry is not None else self._dynamic.get(name)
 
     def names(self) -> list[str]:
-        return list(self._entries)
+        return [*self._config, *(n for n in self._dynamic if n not in self._config)]
+
+    def entries(self) -> Iterator[ToolEntry]:
+        """Config tools in declared order, then the others in registration order."""
+        yield from self._config.values()
+        yield from self._dynamic.values()
 
     def definitions(self) -> list[ToolDefinition]:
-        return [entry.definition() for entry in self._entries.values()]
+        return [entry.definition() for entry in self.entries()]
 
 
 def _load_tool(resource: Resource) -> list[ToolEntry]:
@@ -73,45 +155,51 @@ def _load_tool(resource: Resource) -> list[ToolEntry]:
                 f"'{export.name}'; add it to `handlers = {{\"{export.name}\": fn}}`"
             )
         try:
-            validator = fastjsonschema.compile(export.parameters)
-        except fastjsonschema.JsonSchemaDefinitionException as exc:
-            raise ToolLoadError(
-                f"{resource.label}: export '{export.name}' has an invalid parameters schema: {exc}"
-            ) from None
-        entries.append(
-            ToolEntry(
-                name=f"{resource.name}__{export.name}",
-                resource=resource.name,
-                export=export.name,
-                description=export.description,
-                parameters=export.parameters,
-                handler=handler,
-                is_async=inspect.iscoroutinefunction(handler),
-                validate=validator,
+            entry = make_entry(
+                f"{resource.name}{TOOL_SEPARATOR}{export.name}",
+                export.description,
+                export.parameters,
+                handler,
                 error_message_limit=spec.error_message_limit,
+                timeout_ms=spec.timeout_ms,
+                sequential=spec.sequential,
             )
-        )
+        except ValueError as exc:
+            raise ToolLoadError(f"{resource.label}: export '{export.name}': {exc}") from None
+        entries.append(msgspec.structs.replace(entry, resource=resource.name, export=export.name))
     return entries
 
 
-def _import_handlers(resource: Resource) -> dict[str, Handler]:
+def import_entry_module(resource: Resource, prefix: str) -> Any:
+    """Import a resource's `entry` file as a fresh module. Raises ImportError with a message
+    naming the resource and the cause (user code: no traceback needed)."""
     path = resource.entry_path()
-    module_name = f"goondan_tool__{_safe(resource.package)}__{_safe(resource.name)}"
+    module_name = f"{prefix}__{_safe(resource.package)}__{_safe(resource.name)}"
     module_spec = importlib.util.spec_from_file_location(module_name, path)
     if module_spec is None or module_spec.loader is None:
-        raise ToolLoadError(f"{resource.label}: cannot import {path} (is it a .py file?)")
+        raise ImportError(f"{resource.label}: cannot import {path} (is it a .py file?)")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_name] = module
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # user code: report it, don't crash with a traceback
-        raise ToolLoadError(
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise ImportError(
             f"{resource.label}: importing {path} failed: {type(exc).__name__}: {exc}"
         ) from exc
+    return module
+
+
+def _import_handlers(resource: Resource) -> dict[str, Handler]:
+    try:
+        module = import_entry_module(resource, "goondan_tool")
+    except ImportError as exc:
+        raise ToolLoadError(str(exc)) from exc
     handlers = getattr(module, "handlers", None)
     if not isinstance(handlers, dict):
         raise ToolLoadError(
-            f'{resource.label}: {path} must define `handlers = {{"export_name": fn, ...}}`'
+            f"{resource.label}: {resource.entry_path()} must define "
+            f'`handlers = {{"export_name": fn, ...}}`'
         )
     return handlers
 

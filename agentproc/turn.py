@@ -1,30 +1,67 @@
-"""One Turn: the user's input, then Steps (LLM call -> tool calls -> results) until the model
-answers without tool calls or the step limit is reached."""
+"""One Turn: the input, then Steps (LLM call -> tool calls -> results) until the model answers
+without tool calls, a step middleware ends it, or a limit is reached.
+
+    turn middleware (onion) -> core turn: for each step
+        inbox -> limits -> catalog -> step middleware (onion) -> core step (`step.py`):
+            LLM call -> classify the reply -> tool calls (`tool_calls.py`) -> results
+
+`finishReason`: `text_response` (the model answered), `max_steps` (`maxStepsPerTurn`),
+`budget` (time, tokens or cost of `policy.budget`), `error` (the model failed, kept producing
+malformed output, or looped on a tool), `aborted` (the turn was cancelled). Every message is
+written to the conversation's event log before the loop moves on; runtime events
+(`turn.*`, `step.*`, `tool.*`) go to the instance's `runtime-events.jsonl`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
 import time
-from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import msgspec
 import structlog
 
-from agentproc.conversation import Conversation
-from agentproc.messages import Message, ModelError, ModelRequest, ToolCall, Usage
+from agentproc.budgets import TurnBudget, UsageMeter
+from agentproc.catalog import CatalogBuilder, ToolPolicy
+from agentproc.extension_state import current_state
+from agentproc.extensions import EventBus
+from agentproc.instance import Instance
+from agentproc.loop_guard import LoopGuard
+from agentproc.messages import Message, Usage
+from agentproc.middleware import Pipeline
+from agentproc.pending import POLL_TOOL, current_jobs, poll_entry
 from agentproc.providers import Provider
-from agentproc.tool_executor import execute_tool_call
+from agentproc.step import run_step
+from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
 from agentproc.tool_registry import ToolRegistry
-from goondan.tools import AgentRuntime, ToolContext
+from agentproc.tracing import TurnTracer, current_span
+from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing
+from goondan.extensions import (
+    AppendMessage,
+    ErrorDetail,
+    FinishReason,
+    InputEvent,
+    MessageEvent,
+    MiddlewareAgents,
+    MiddlewareError,
+    RemoveMessage,
+    ReplaceMessage,
+    StepMiddlewareContext,
+    StepResult,
+    TruncateMessages,
+    TurnMiddlewareContext,
+    TurnResult,
+)
+from goondan.tools import AgentRuntime
 
-FinishReason = Literal["text_response", "max_steps", "error"]
-_result_encoder = msgspec.json.Encoder()
+MAX_CORRECTIONS = 2  # corrective retries of one kind in a row (malformed, empty)
 
 
-class AgentDefinition(msgspec.Struct, frozen=True):
+@dataclass
+class AgentDefinition:
     """Everything about this agent that does not change between turns."""
 
     name: str
@@ -33,6 +70,21 @@ class AgentDefinition(msgspec.Struct, frozen=True):
     system_prompt: str | None
     params: dict[str, object]
     max_steps: int
+    pipeline: Pipeline = field(default_factory=Pipeline)
+    policy: ToolPolicy = field(default_factory=ToolPolicy)
+    budget: BudgetPolicy = BudgetPolicy()
+    loop_detection: LoopDetectionPolicy = LoopDetectionPolicy()
+    pricing: ModelPricing | None = None
+    bus: EventBus | None = None
+    tool_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS
+    executor: ToolExecutor = field(init=False)
+    catalog: CatalogBuilder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.executor = ToolExecutor(self.registry, default_timeout_ms=self.tool_timeout_ms)
+        self.catalog = CatalogBuilder(self.registry, self.policy)
+        if self.registry.get(POLL_TOOL) is None:
+            self.registry.register(poll_entry())
 
 
 class TurnInput(msgspec.Struct, frozen=True):
@@ -41,6 +93,8 @@ class TurnInput(msgspec.Struct, frozen=True):
     trace_id: str
     source: str  # "cli:<name>", "agent:<name>", ...
     request_id: str = ""
+    parent_span_id: str | None = None  # the caller's tool span, for a delegated turn
+    metadata: dict[str, Any] = {}
 
 
 class Replay(msgspec.Struct, frozen=True):
@@ -70,128 +124,367 @@ class TurnOutcome(msgspec.Struct, frozen=True):
     finish_reason: FinishReason
     steps: int
     usage: Usage
-    error_code: str | None = None  # set when finish_reason == "error"
+    error_code: str | None = None  # set when the turn did not finish normally
     restart_reason: str | None = None  # a tool asked for a swarm restart (self-restart)
+    cost_usd: float | None = None  # when the Model declares pricing
 
 
 async def run_turn(
     agent: AgentDefinition,
-    conversation: Conversation,
+    instance: Instance,
     turn_input: TurnInput,
     runtime: AgentRuntime,
     workdir: Path,
     *,
     resume: bool = False,
-    inbox: Callable[[], list[Message]] | None = None,
 ) -> TurnOutcome:
     """Run one turn. With `resume`, the input is already in the conversation (a redelivered
-    request whose turn was cut short): continue from where it stopped. `inbox` yields
-    messages that arrived meanwhile (async agent responses); they join before each step."""
-    turn_id = secrets.token_hex(6)
-    log = structlog.get_logger().bind(
-        agent=agent.name, instanceKey=turn_input.instance_key, traceId=turn_input.trace_id
+    request whose turn was cut short): continue from where it stopped. Messages that arrived
+    in the instance's inbox join the conversation before each step."""
+    run = TurnRun(agent, instance, turn_input, runtime, workdir)
+    tokens = (
+        current_state.set(instance.state),
+        current_jobs.set(instance.jobs),
+        current_span.set(run.tracer.turn_span),
     )
-    started = time.monotonic()
-    seq = 0
+    # Every log line of the turn (extensions' and tools' too) names the instance and trace.
+    bound = structlog.contextvars.bind_contextvars(
+        instanceKey=turn_input.instance_key, traceId=turn_input.trace_id, turnId=run.turn_id
+    )
+    try:
+        return await run.run(resume)
+    finally:
+        structlog.contextvars.reset_contextvars(**bound)
+        current_span.reset(tokens[2])
+        current_jobs.reset(tokens[1])
+        current_state.reset(tokens[0])
 
-    def next_id() -> str:
-        nonlocal seq
-        seq += 1
-        return f"{turn_id}-{seq}"
 
-    if not resume:
-        conversation.append(
+class _ConversationView:
+    """`ctx.conversation_state`: base (turn start) + this turn's events = next (now)."""
+
+    def __init__(self, run: TurnRun, base: list[Message]) -> None:
+        self._run = run
+        self._base = base
+
+    @property
+    def base_messages(self) -> list[Message]:
+        return self._base
+
+    @property
+    def events(self) -> list[MessageEvent]:
+        return self._run.message_events
+
+    @property
+    def next_messages(self) -> list[Message]:
+        return self._run.conversation.messages
+
+
+class TurnCtx(TurnMiddlewareContext):
+    __slots__ = ("run",)
+    run: TurnRun
+
+
+class StepCtx(StepMiddlewareContext):
+    __slots__ = ("run", "span")
+    run: TurnRun
+    span: str
+
+
+class TurnRun:
+    """The state of one running turn, shared by its steps and tool calls."""
+
+    def __init__(
+        self,
+        agent: AgentDefinition,
+        instance: Instance,
+        turn_input: TurnInput,
+        runtime: AgentRuntime,
+        workdir: Path,
+    ) -> None:
+        self.agent = agent
+        self.instance = instance
+        self.conversation = instance.conversation
+        self.input = turn_input
+        self.runtime = runtime
+        self.workdir = workdir
+        self.turn_id = secrets.token_hex(6)
+        self.tracer = TurnTracer(
+            instance.events,
+            agent.bus,
+            agent_name=agent.name,
+            instance_key=turn_input.instance_key,
+            trace_id=turn_input.trace_id,
+            turn_id=self.turn_id,
+            parent_span_id=turn_input.parent_span_id,
+        )
+        self.log = structlog.get_logger().bind(
+            agent=agent.name,
+            instanceKey=turn_input.instance_key,
+            traceId=turn_input.trace_id,
+            turnId=self.turn_id,
+        )
+        self.meter = UsageMeter(agent.pricing)
+        self.budget = TurnBudget(agent.budget)
+        self.guard = LoopGuard(agent.loop_detection)
+        self.streaks = {"malformed": 0, "empty": 0}
+        self.steps = 0
+        self.last_text = ""
+        self.restart_reason: str | None = None
+        self.stop: tuple[str, str] | None = None  # (code, message): a step ended the turn
+        self.message_events: list[MessageEvent] = []
+        self.view = _ConversationView(self, list(self.conversation.messages))
+        self.metadata: dict[str, Any] = {}
+        system = agent.system_prompt
+        self.prefix = [Message(id="system", role="system", content=system)] if system else []
+        self._seq = 0
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def next_id(self) -> str:
+        self._seq += 1
+        return f"{self.turn_id}-{self._seq}"
+
+    def append(self, message: Message) -> None:
+        self.conversation.append(message)
+        self.message_events.append(AppendMessage(message))
+
+    def emit(self, event: MessageEvent) -> None:
+        """`ctx.emit_message_event`: every change is written to the event log first."""
+        if isinstance(event, AppendMessage):
+            self.append(event.message)
+            return
+        if isinstance(event, ReplaceMessage):
+            found = self.conversation.replace(event.target_id, event.message)
+        elif isinstance(event, RemoveMessage):
+            found = self.conversation.remove(event.target_id)
+        elif isinstance(event, TruncateMessages):
+            self.conversation.truncate()
+            found = True
+        else:
+            raise TypeError(
+                f"not a message event: {type(event).__name__} (use AppendMessage, "
+                "ReplaceMessage, RemoveMessage or TruncateMessages)"
+            )
+        if not found:
+            self.log.warning(
+                "message event target not found",
+                code="E_MESSAGE_TARGET_NOT_FOUND",
+                targetId=getattr(event, "target_id", None),
+            )
+            return
+        self.message_events.append(event)
+
+    def flush_inbox(self) -> None:
+        for message in self.instance.take_inbox():
+            self.append(message)
+
+    def correct(self, kind: str, text: str, stop_code: str, stop_text: str) -> None:
+        """A corrective message and another try, at most MAX_CORRECTIONS of a kind in a row;
+        after that the turn ends with `stop_text`."""
+        for other in self.streaks:
+            if other != kind:
+                self.streaks[other] = 0
+        self.streaks[kind] += 1
+        if self.streaks[kind] > MAX_CORRECTIONS:
+            self.log.warning("turn ended: the model kept failing", kind=kind)
+            self.halt(stop_code, stop_text)
+            return
+        self.append(
             Message(
-                id=next_id(),
+                id=self.next_id(),
                 role="user",
-                content=turn_input.input,
-                metadata={
-                    "source": turn_input.source,
-                    "requestId": turn_input.request_id,
-                    "traceId": turn_input.trace_id,
-                    "receivedAt": time.time(),
-                },
+                content=text,
+                metadata={"__goondanCorrection": kind},
             )
         )
-    system = [Message(id="system", role="system", content=agent.system_prompt)]
-    prefix = system if agent.system_prompt else []
-    catalog = agent.registry.definitions()
-    catalog_names = {d.name for d in catalog}
-    input_tokens = output_tokens = 0
-    last_text = ""
-    restart_reason: str | None = None
 
-    for step in range(1, agent.max_steps + 1):
-        for message in inbox() if inbox is not None else ():
-            conversation.append(message)
-        request = ModelRequest(prefix + conversation.messages, catalog, agent.params)
-        try:
-            reply = await agent.provider.complete(request)
-        except ModelError as exc:
-            log.warning("model call failed", code=exc.code, error=str(exc), step=step)
-            text = f"The model call failed ({exc.code}): {exc}"
-            conversation.append(Message(id=next_id(), role="assistant", content=text))
-            return TurnOutcome(
-                text, "error", step, Usage(input_tokens, output_tokens), error_code=exc.code
-            )
-        input_tokens += reply.usage.input_tokens
-        output_tokens += reply.usage.output_tokens
-        assistant = Message(
-            id=next_id(), role="assistant", content=reply.text, tool_calls=reply.tool_calls
-        )
-        conversation.append(assistant)
-        if reply.text:
-            last_text = reply.text
-        if not reply.tool_calls:
-            log.info("turn completed", steps=step, ms=round((time.monotonic() - started) * 1000))
-            outcome = _outcome(reply.text or "", "text_response", step, input_tokens, output_tokens)
-            return msgspec.structs.replace(outcome, restart_reason=restart_reason)
+    def halt(self, code: str, message: str) -> None:
+        """End the turn after this step with an error (the first reason given wins)."""
+        if self.stop is None:
+            self.stop = (code, message)
 
-        def make_context(call: ToolCall, assistant: Message = assistant) -> ToolContext:
-            return ToolContext(
-                agent_name=agent.name,
-                instance_key=turn_input.instance_key,
-                turn_id=turn_id,
-                trace_id=turn_input.trace_id,
-                tool_call_id=call.id,
-                message=assistant,
-                workdir=workdir,
-                logger=log.bind(tool=call.name, toolCallId=call.id),
-                runtime=runtime,
-            )
+    def result(
+        self, reason: FinishReason, text: str, error: ErrorDetail | None = None
+    ) -> TurnResult:
+        return TurnResult(self.turn_id, reason, text, self.steps, self.meter.total(), error)
 
-        # Calls of one response run concurrently; results go back in the order issued.
-        results = await asyncio.gather(
-            *(
-                execute_tool_call(agent.registry, catalog_names, call, make_context)
-                for call in reply.tool_calls
-            )
-        )
-        for call, result in zip(reply.tool_calls, results, strict=True):
-            log.info("tool call", tool=call.name, status=result.status)
-            restart_reason = _restart_requested(result.output) or restart_reason
-            conversation.append(
+    # -- the turn ------------------------------------------------------------------------------
+
+    async def run(self, resume: bool) -> TurnOutcome:
+        started = time.monotonic()
+        if not resume:
+            self.append(
                 Message(
-                    id=next_id(),
-                    role="tool",
-                    content=_result_encoder.encode(result).decode(),
-                    tool_call_id=call.id,
+                    id=self.next_id(),
+                    role="user",
+                    content=self.input.input,
+                    metadata={
+                        **self.input.metadata,
+                        "source": self.input.source,
+                        "requestId": self.input.request_id,
+                        "traceId": self.input.trace_id,
+                        "receivedAt": time.time(),
+                    },
                 )
             )
+        self.flush_inbox()
+        self.tracer.turn(
+            "turn.started",
+            {
+                "source": self.input.source,
+                "requestId": self.input.request_id,
+                "resume": resume,
+                "input": _preview(self.input.input),
+            },
+        )
+        ctx = TurnCtx(
+            self.agent.pipeline.chain("turn", _turn_core),
+            agent_name=self.agent.name,
+            instance_key=self.input.instance_key,
+            turn_id=self.turn_id,
+            trace_id=self.input.trace_id,
+            input_event=InputEvent(
+                self.input.input,
+                self.input.source,
+                self.input.instance_key,
+                self.input.request_id,
+                self.input.metadata,
+            ),
+            conversation_state=self.view,
+            agents=self._agents(),
+            emit=self.emit,
+        )
+        ctx.run = self
+        ctx.metadata = self.metadata
+        try:
+            result = await ctx._start()
+            if not isinstance(result, TurnResult):
+                raise MiddlewareError(
+                    f"turn middleware returned {type(result).__name__}, not a TurnResult"
+                )
+        except asyncio.CancelledError:
+            self.instance.end_turn()
+            self._finished("turn.failed", self.result("aborted", ""), started)
+            raise
+        except Exception as exc:  # a bug in middleware or the loop: an answer, not a crash
+            self.log.exception("turn failed")
+            message = f"The turn failed: {type(exc).__name__}: {exc}"
+            result = self.result("error", message, ErrorDetail("E_TURN_FAILED", message))
+        self.instance.end_turn()
+        ok = result.finish_reason in ("text_response", "max_steps")
+        self._finished("turn.completed" if ok else "turn.failed", result, started)
+        usage = result.usage
+        return TurnOutcome(
+            result.text,
+            result.finish_reason,
+            result.steps,
+            Usage(usage.input_tokens, usage.output_tokens),
+            error_code=result.error.code if result.error is not None else None,
+            restart_reason=self.restart_reason,
+            cost_usd=usage.cost_usd,
+        )
 
-    text = last_text or f"Reached the step limit ({agent.max_steps}) for this turn."
-    log.warning("turn stopped at the step limit", steps=agent.max_steps)
-    return _outcome(text, "max_steps", agent.max_steps, input_tokens, output_tokens)
+    def _finished(self, event: str, result: TurnResult, started: float) -> None:
+        duration = round((time.monotonic() - started) * 1000, 3)
+        data: dict[str, Any] = {
+            "finishReason": result.finish_reason,
+            "stepCount": result.steps,
+            "duration": duration,
+            "tokenUsage": _usage_data(result.usage),
+        }
+        if result.error is not None:
+            data["errorCode"] = result.error.code
+            data["errorMessage"] = result.error.message
+        self.tracer.turn(event, data)
+        self.log.info(
+            "turn finished", finishReason=result.finish_reason, steps=result.steps, ms=duration
+        )
+
+    async def core_turn(self) -> TurnResult:
+        agent = self.agent
+        deadline = self.budget.deadline
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            async with asyncio.timeout(remaining) as scope:
+                return await self._steps()
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            notice = self.budget.time_message()
+            self.log.warning("turn stopped: out of time", seconds=agent.budget.max_turn_seconds)
+            return self._stop_for_budget(notice)
+
+    async def _steps(self) -> TurnResult:
+        agent = self.agent
+        while True:
+            self.flush_inbox()
+            if self.steps >= agent.max_steps:
+                self.log.warning("turn stopped at the step limit", steps=agent.max_steps)
+                text = self.last_text or (
+                    f"Reached the step limit ({agent.max_steps}) for this turn."
+                )
+                return self.result("max_steps", text)
+            over = self.budget.exceeded(self.meter)
+            if over is not None:
+                self.log.warning("turn stopped: over budget", reason=over)
+                return self._stop_for_budget(over)
+            runtime_tools = frozenset({POLL_TOOL}) if self.instance.jobs.has_open() else frozenset()
+            ctx = StepCtx(
+                agent.pipeline.chain("step", _step_core),
+                agent_name=agent.name,
+                instance_key=self.input.instance_key,
+                turn_id=self.turn_id,
+                trace_id=self.input.trace_id,
+                step_index=self.steps,
+                conversation_state=self.view,
+                agents=self._agents(),
+                tool_catalog=agent.catalog.build(runtime_tools),
+                turn_metadata=self.metadata,
+                emit=self.emit,
+            )
+            ctx.run = self
+            self.steps += 1
+            step = await ctx._start()
+            if self.stop is not None:
+                code, message = self.stop
+                self.append(Message(id=self.next_id(), role="assistant", content=message))
+                return self.result("error", message, ErrorDetail(code, message))
+            if step.status == "failed":
+                error = step.error or ErrorDetail("E_STEP_FAILED", "the step failed")
+                text = f"The model call failed ({error.code}): {error.message}"
+                self.append(Message(id=self.next_id(), role="assistant", content=text))
+                return self.result("error", text, ErrorDetail(error.code, text))
+            if not step.should_continue:
+                return self.result("text_response", step.text or self.last_text)
+
+    def _stop_for_budget(self, notice: str) -> TurnResult:
+        self.append(Message(id=self.next_id(), role="assistant", content=notice))
+        text = f"{self.last_text}\n\n{notice}" if self.last_text else notice
+        return self.result("budget", text, ErrorDetail("E_TURN_BUDGET", notice))
+
+    def _agents(self) -> MiddlewareAgents:
+        return self.runtime  # `request` / `send` of ctx.runtime, with this turn's call chain
 
 
-def _restart_requested(output: object) -> str | None:
-    """The self-restart convention: an ok tool output with `restartRequested: true`."""
-    if isinstance(output, dict) and output.get("restartRequested") is True:
-        return str(output.get("restartReason") or "tool:self-restart")
-    return None
+async def _turn_core(ctx: TurnCtx) -> TurnResult:
+    return await ctx.run.core_turn()
 
 
-def _outcome(
-    text: str, reason: FinishReason, steps: int, input_tokens: int, output_tokens: int
-) -> TurnOutcome:
-    return TurnOutcome(text, reason, steps, Usage(input_tokens, output_tokens))
+async def _step_core(ctx: StepCtx) -> StepResult:
+    return await run_step(ctx)
+
+
+def _preview(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _usage_data(usage: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.input_tokens + usage.output_tokens,
+    }
+    if usage.cost_usd is not None:
+        data["costUsd"] = usage.cost_usd
+    return data

@@ -1,12 +1,14 @@
 """The contract between the runtime and tool handlers: context, result, errors.
 
 A Tool resource's entry module defines `handlers = {"export": fn}` where `fn(ctx, input)` is
-sync or async and returns JSON-compatible data. Raising `ToolError` (or any exception) gives the
-LLM a structured error instead of ending the turn.
+sync or async and returns JSON-compatible data (or a `ToolResult`, or a `Pending` for work that
+goes on in the background). Raising `ToolError` (or any exception) gives the LLM a structured
+error instead of ending the turn. Sync handlers run in a thread, async ones on the agent's loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -35,27 +37,109 @@ class ToolError(Exception):
 
 
 class ToolErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A tool error as the LLM reads it. `code` defaults to `E_TOOL` (and is always sent)."""
+
     message: str
-    code: str = "E_TOOL"
+    code: str = ""
     name: str | None = None
     suggestion: str | None = None
     help_url: str | None = msgspec.field(default=None, name="helpUrl")
 
+    def __post_init__(self) -> None:
+        if not self.code:  # a default of "" keeps `code` on the wire, unlike "E_TOOL" would
+            msgspec.structs.force_setattr(self, "code", "E_TOOL")
+
 
 class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True):
-    """What the LLM reads as the tool message: the JSON of this struct."""
+    """The result of one tool call. Two channels, as the best loops keep them:
 
-    status: Literal["ok", "error"]
+    - what the LLM reads: `status`, `output` / `error`, and `handle` for a pending call;
+    - `details`: structured data for logs, runtime events and extensions (e.g. timings, raw
+      responses), never sent to the model.
+
+    A handler may return a `ToolResult` instead of plain JSON data to set `details`, or to
+    report an error without raising:
+
+        return ToolResult.ok({"rows": 3}, details={"query": sql, "ms": 12})
+    """
+
+    status: Literal["ok", "error", "pending"]
     output: Any = None
     error: ToolErrorInfo | None = None
+    handle: str | None = None  # status == "pending": what the completion will refer to
+    details: Any = None  # never sent to the LLM
 
     @classmethod
-    def ok(cls, output: Any) -> ToolResult:
-        return cls("ok", output=output)
+    def ok(cls, output: Any, *, details: Any = None) -> ToolResult:
+        return cls("ok", output=output, details=details)
 
     @classmethod
-    def fail(cls, error: ToolErrorInfo) -> ToolResult:
-        return cls("error", error=error)
+    def fail(cls, error: ToolErrorInfo, *, details: Any = None) -> ToolResult:
+        return cls("error", error=error, details=details)
+
+    @classmethod
+    def pending(cls, handle: str, message: str, *, details: Any = None) -> ToolResult:
+        return cls("pending", output=message, handle=handle, details=details)
+
+
+class Pending:
+    """A long-running tool's answer: the work goes on after the handler returns.
+
+    The LLM is told at once that the work was submitted (with a `handle`); when `work`
+    finishes, its output (or its exception, as a structured error) reaches the conversation as
+    a message before the agent's next step, or its next turn if this one has ended.
+
+        async def build(ctx, args):
+            async def work():
+                await asyncio.sleep(600)
+                return {"artifact": "dist/app.tar.gz"}
+            return Pending(work(), message="Build started; the result will follow.")
+
+    `work` is a coroutine (run on the agent's event loop) or a plain callable (run in a
+    thread). `handle` defaults to a fresh id.
+    """
+
+    __slots__ = ("work", "handle", "message", "details")
+
+    def __init__(
+        self,
+        work: Awaitable[Any] | Callable[[], Any],
+        *,
+        handle: str | None = None,
+        message: str | None = None,
+        details: Any = None,
+    ) -> None:
+        self.work = work
+        self.handle = handle
+        self.message = message
+        self.details = details
+
+
+class ToolProgress(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One `ctx.update(...)` of a running tool; it becomes a `tool.progress` runtime event."""
+
+    message: str | None = None
+    progress: float | None = None  # 0.0 .. 1.0 when the tool knows it
+    data: Any = None
+
+
+class ToolCatalogItem(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One entry of a step's Tool Catalog: what the LLM is offered.
+
+    Step middleware may filter, reorder, add or replace items of `ctx.tool_catalog`
+    (`msgspec.structs.replace(item, description=...)`). `source` says where it came from.
+    """
+
+    name: str  # "{resource}__{export}"
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    source: Literal["config", "extension", "runtime"] = "config"
+
+
+ToolHandler = Callable[["ToolContext", dict[str, Any]], Any]
+"""`fn(ctx, input)`, sync or async, returning JSON data, a `ToolResult` or a `Pending`."""
 
 
 class DelegateReply(msgspec.Struct, frozen=True):
@@ -105,7 +189,10 @@ class AgentRuntime(Protocol):
 
 
 class ToolContext:
-    """What a handler knows about the call. Nothing else (no bundle, no credentials)."""
+    """What a handler knows about the call. Nothing else (no bundle, no credentials).
+
+    `update(...)` reports progress while the handler runs (from any thread).
+    """
 
     __slots__ = (
         "agent_name",
@@ -117,6 +204,7 @@ class ToolContext:
         "logger",
         "runtime",
         "_workdir",
+        "_on_update",
     )
 
     def __init__(
@@ -131,6 +219,7 @@ class ToolContext:
         workdir: Path,
         logger: structlog.typing.FilteringBoundLogger,
         runtime: AgentRuntime,
+        on_update: Callable[[ToolProgress], None] | None = None,
     ) -> None:
         self.agent_name = agent_name
         self.instance_key = instance_key
@@ -141,9 +230,18 @@ class ToolContext:
         self.logger = logger
         self.runtime = runtime
         self._workdir = workdir
+        self._on_update = on_update
 
     @property
     def workdir(self) -> Path:
         """The instance's workspace, created on first use."""
         self._workdir.mkdir(parents=True, exist_ok=True)
         return self._workdir
+
+    def update(
+        self, message: str | None = None, *, progress: float | None = None, data: Any = None
+    ) -> None:
+        """Report progress: `ctx.update("3 of 10 files", progress=0.3)`. Safe to call from a
+        sync handler's thread; updates after the call has finished are dropped."""
+        if self._on_update is not None:
+            self._on_update(ToolProgress(message, progress, data))

@@ -52,6 +52,14 @@ class Connections:
 
     def on_event(self, name: str, identity: bytes, env: wire.Envelope) -> None:
         cid = env.correlation_id or ""
+        try:
+            self._route(name, identity, cid, env)
+        except Exception as exc:  # a bug here must still answer the connector
+            self._log.exception("failed to route a connector event", connection=name)
+            error = wire.ErrorInfo("E_INTERNAL", f"{type(exc).__name__}: {exc}")
+            self._ack(identity, cid, wire.EventAck(False, error=error))
+
+    def _route(self, name: str, identity: bytes, cid: str, env: wire.Envelope) -> None:
         event = wire.decode_payload(env, wire.ConnectorEvent)
         connection = self.connections.get(name)
         if connection is None:
@@ -62,7 +70,7 @@ class Connections:
             self._log.warning(
                 "event matched no ingress rule; refused",
                 connection=connection.name,
-                event=event.name,
+                eventName=event.name,
                 properties=sorted(event.properties),
             )
             message = (

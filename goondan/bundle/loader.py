@@ -55,6 +55,7 @@ def load_bundle(path: str | Path, *, base_dir: Path | None = None) -> Bundle:
     base_root = (base_dir or base_package_dir()).resolve()
     base_main = main_file(base_root)
     base: list[Draft] = []
+    base_files: list[Path] = []
     if base_main is None:
         errors.append(
             ConfigError(
@@ -65,7 +66,8 @@ def load_bundle(path: str | Path, *, base_dir: Path | None = None) -> Bundle:
             )
         )
     else:
-        base, _ = _load_files([base_main], base_main, base_root, None, errors)
+        base_files = resource_files(base_root, base_main)  # goondan.yaml + extensions.yaml
+        base, _ = _load_files(base_files, base_main, base_root, None, errors)
 
     if package_name is not None and package_name in {d.resource.package for d in base}:
         _package_draft(local).checker.error(
@@ -80,7 +82,7 @@ def load_bundle(path: str | Path, *, base_dir: Path | None = None) -> Bundle:
     bundle = Bundle(root, [d.resource for d in drafts], package_name)
     check_all(drafts, bundle)
     if errors:
-        raise BundleInvalid(_ordered(errors, [*local_files, *([base_main] if base_main else [])]))
+        raise BundleInvalid(_ordered(errors, [*local_files, *base_files]))
     return bundle
 
 

@@ -78,6 +78,13 @@ class ModelCapabilities(msgspec.Struct, frozen=True):
     tool_calling: bool = True
 
 
+class ModelPricing(msgspec.Struct, frozen=True):
+    """USD per million tokens, for the cost in runtime events and `maxTurnCostUsd`."""
+
+    input: float
+    output: float
+
+
 class ModelSpec(msgspec.Struct, frozen=True):
     provider: str  # "scripted" | "openai" | "anthropic" | ...
     model: str
@@ -85,6 +92,7 @@ class ModelSpec(msgspec.Struct, frozen=True):
     endpoint: str | None = None
     options: dict[str, Any] = {}
     capabilities: ModelCapabilities = ModelCapabilities()
+    pricing: ModelPricing | None = None
 
 
 class RefItem(msgspec.Struct, frozen=True):
@@ -102,12 +110,23 @@ class AgentPrompt(msgspec.Struct, frozen=True):
     system_ref: str | None = None  # path relative to the bundle root
 
 
+class ToolPolicySpec(msgspec.Struct, frozen=True):
+    """`Agent.spec.toolPolicy`: full tool names or globs (`bash__*`); deny wins over allow.
+    `allow` unset means every tool of the catalog; `allowRegistryCalls` lets the model call a
+    Registry tool that the step's catalog does not offer."""
+
+    allow: tuple[str, ...] | None = None
+    deny: tuple[str, ...] = ()
+    allow_registry_calls: bool = False
+
+
 class AgentSpec(msgspec.Struct, frozen=True):
     model_config: AgentModelConfig
     prompt: AgentPrompt | None = None
     tools: tuple[RefItem, ...] = ()
     extensions: tuple[RefItem, ...] = ()
     required_tools: tuple[str, ...] = ()
+    tool_policy: ToolPolicySpec = ToolPolicySpec()
 
 
 class ShutdownPolicy(msgspec.Struct, frozen=True):
@@ -119,10 +138,32 @@ class LifecyclePolicy(msgspec.Struct, frozen=True):
     gc_grace_seconds: float | None = None
 
 
+class BudgetPolicy(msgspec.Struct, frozen=True):
+    """Per-turn limits (`policy.budget`); a turn that reaches one ends with finishReason
+    `budget` and a message saying which. `None` switches a limit off."""
+
+    max_turn_seconds: float | None = 1800.0
+    max_turn_tokens: int | None = 1_000_000
+    max_turn_cost_usd: float | None = None  # needs Model.spec.pricing
+
+
+class LoopDetectionPolicy(msgspec.Struct, frozen=True):
+    """`policy.loopDetection`: the same tool call (same name and arguments, same result)
+    repeated in one turn warns the model at `warn_at`, is refused at `block_at` and ends the
+    turn at `stop_at`."""
+
+    enabled: bool = True
+    warn_at: int = 3
+    block_at: int = 5
+    stop_at: int = 8
+
+
 class SwarmPolicy(msgspec.Struct, frozen=True):
     max_steps_per_turn: int = 32
     lifecycle: LifecyclePolicy = LifecyclePolicy()
     shutdown: ShutdownPolicy = ShutdownPolicy()
+    budget: BudgetPolicy = BudgetPolicy()
+    loop_detection: LoopDetectionPolicy = LoopDetectionPolicy()
 
 
 class SwarmSpec(msgspec.Struct, frozen=True):
@@ -142,6 +183,8 @@ class ToolSpec(msgspec.Struct, frozen=True):
     entry: str  # relative to Source.root
     exports: tuple[ToolExport, ...]
     error_message_limit: int = 1000
+    timeout_ms: int | None = None  # per call; None: the runtime default
+    sequential: bool = False  # never runs beside another call of the same response
 
 
 class ExtensionSpec(msgspec.Struct, frozen=True):

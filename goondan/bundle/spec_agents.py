@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from goondan.bundle.fields import Checker
@@ -10,8 +11,11 @@ from goondan.bundle.model import (
     AgentModelConfig,
     AgentPrompt,
     AgentSpec,
+    BudgetPolicy,
     LifecyclePolicy,
+    LoopDetectionPolicy,
     ModelCapabilities,
+    ModelPricing,
     ModelSpec,
     PackageDependency,
     PackageRegistry,
@@ -20,11 +24,14 @@ from goondan.bundle.model import (
     ShutdownPolicy,
     SwarmPolicy,
     SwarmSpec,
+    ToolPolicySpec,
 )
 from goondan.bundle.names import LLM_TOOL_NAME
 from goondan.bundle.suggest import closest
 
 PROVIDERS = ("scripted", "openai", "anthropic", "google")
+# A tool name, or an fnmatch glob of one (`bash__*`, `*__send`).
+TOOL_GLOB = re.compile(r"^[a-zA-Z0-9_*?!\[\]-]{1,64}$")
 SPEC = ("spec",)
 
 
@@ -70,7 +77,7 @@ def parse_package(chk: Checker, spec: Any, name: str | None) -> PackageSpec | No
 
 
 def parse_model(chk: Checker, spec: Any, name: str | None) -> ModelSpec | None:
-    allowed = ("provider", "model", "apiKey", "endpoint", "options", "capabilities")
+    allowed = ("provider", "model", "apiKey", "endpoint", "options", "capabilities", "pricing")
     data = chk.mapping(SPEC, spec, allowed, ("provider", "model"))
     if data is None:
         return None
@@ -101,6 +108,7 @@ def parse_model(chk: Checker, spec: Any, name: str | None) -> ModelSpec | None:
     if data.get("options") is not None:
         options = chk.mapping((*SPEC, "options"), data["options"], (), open_keys=True) or {}
     capabilities = _capabilities(chk, data.get("capabilities"))
+    pricing = _pricing(chk, data.get("pricing"))
     if not chk.clean_since(mark) or provider is None or model is None:
         return None
     return ModelSpec(
@@ -110,7 +118,23 @@ def parse_model(chk: Checker, spec: Any, name: str | None) -> ModelSpec | None:
         endpoint=endpoint,
         options=options,
         capabilities=capabilities,
+        pricing=pricing,
     )
+
+
+def _pricing(chk: Checker, value: Any) -> ModelPricing | None:
+    """`pricing: {input: 2.5, output: 10}`: USD per million tokens."""
+    if value is None:
+        return None
+    path = (*SPEC, "pricing")
+    data = chk.mapping(path, value, ("input", "output"), ("input", "output"))
+    if data is None or data.get("input") is None or data.get("output") is None:
+        return None
+    price_in = chk.number((*path, "input"), data["input"], low=0)
+    price_out = chk.number((*path, "output"), data["output"], low=0)
+    if price_in is None or price_out is None:
+        return None
+    return ModelPricing(input=price_in, output=price_out)
 
 
 def _capabilities(chk: Checker, value: Any) -> ModelCapabilities:
@@ -129,7 +153,7 @@ def _capabilities(chk: Checker, value: Any) -> ModelCapabilities:
 
 
 def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
-    allowed = ("modelConfig", "prompt", "tools", "extensions", "requiredTools")
+    allowed = ("modelConfig", "prompt", "tools", "extensions", "requiredTools", "toolPolicy")
     data = chk.mapping(SPEC, spec, allowed, ("modelConfig",))
     if data is None:
         return None
@@ -155,6 +179,7 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
                 )
             elif tool is not None:
                 required.append(tool)
+    tool_policy = _tool_policy(chk, data.get("toolPolicy"))
     if not chk.clean_since(mark) or model_config is None:
         return None
     return AgentSpec(
@@ -163,6 +188,39 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
         tools=tools,
         extensions=extensions,
         required_tools=tuple(required),
+        tool_policy=tool_policy,
+    )
+
+
+def _tool_policy(chk: Checker, value: Any) -> ToolPolicySpec:
+    """`toolPolicy: {allow: [...], deny: [...], allowRegistryCalls: false}` (names or globs)."""
+    if value is None:
+        return ToolPolicySpec()
+    path = (*SPEC, "toolPolicy")
+    data = chk.mapping(path, value, ("allow", "deny", "allowRegistryCalls")) or {}
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in ("allow", "deny"):
+        if data.get(key) is None:
+            continue
+        names: list[str] = []
+        for i, item in enumerate(chk.sequence((*path, key), data[key]) or []):
+            pattern = chk.string((*path, key, i), item, what="a tool name or glob like 'bash__*'")
+            if pattern is not None and not TOOL_GLOB.match(pattern):
+                chk.error(
+                    (*path, key, i),
+                    f"'{pattern}' cannot match a tool name",
+                    "write a full '{tool}__{export}' name, or a glob of one such as 'bash__*'",
+                )
+            elif pattern is not None:
+                names.append(pattern)
+        lists[key] = tuple(names)
+    registry_calls = None
+    if data.get("allowRegistryCalls") is not None:
+        registry_calls = chk.boolean((*path, "allowRegistryCalls"), data["allowRegistryCalls"])
+    return ToolPolicySpec(
+        allow=lists.get("allow"),
+        deny=lists.get("deny", ()),
+        allow_registry_calls=registry_calls is True,
     )
 
 
@@ -235,7 +293,8 @@ def _policy(chk: Checker, value: Any) -> SwarmPolicy:
     if value is None:
         return SwarmPolicy()
     path = (*SPEC, "policy")
-    data = chk.mapping(path, value, ("maxStepsPerTurn", "lifecycle", "shutdown")) or {}
+    allowed = ("maxStepsPerTurn", "lifecycle", "shutdown", "budget", "loopDetection")
+    data = chk.mapping(path, value, allowed) or {}
     steps = SwarmPolicy().max_steps_per_turn
     if data.get("maxStepsPerTurn") is not None:
         steps = chk.integer((*path, "maxStepsPerTurn"), data["maxStepsPerTurn"], minimum=1) or steps
@@ -253,7 +312,60 @@ def _policy(chk: Checker, value: Any) -> SwarmPolicy:
         down = chk.mapping(spath, data["shutdown"], ("gracePeriodSeconds",)) or {}
         grace = _opt_seconds(chk, down, spath, "gracePeriodSeconds", strict=False)
         shutdown = ShutdownPolicy() if grace is None else ShutdownPolicy(grace_period_seconds=grace)
-    return SwarmPolicy(max_steps_per_turn=steps, lifecycle=lifecycle, shutdown=shutdown)
+    return SwarmPolicy(
+        max_steps_per_turn=steps,
+        lifecycle=lifecycle,
+        shutdown=shutdown,
+        budget=_budget(chk, (*path, "budget"), data.get("budget")),
+        loop_detection=_loop_detection(chk, (*path, "loopDetection"), data.get("loopDetection")),
+    )
+
+
+def _budget(chk: Checker, path: tuple[str | int, ...], value: Any) -> BudgetPolicy:
+    """`budget: {maxTurnSeconds, maxTurnTokens, maxTurnCostUsd}`; `null` switches one off."""
+    default = BudgetPolicy()
+    if value is None:
+        return default
+    keys = ("maxTurnSeconds", "maxTurnTokens", "maxTurnCostUsd")
+    data = chk.mapping(path, value, keys) or {}
+    seconds, tokens, cost = default.max_turn_seconds, default.max_turn_tokens, None
+    if "maxTurnSeconds" in data:
+        raw = data["maxTurnSeconds"]
+        seconds = None if raw is None else chk.number((*path, keys[0]), raw, low=0, strict_low=True)
+    if "maxTurnTokens" in data:
+        raw = data["maxTurnTokens"]
+        tokens = None if raw is None else chk.integer((*path, keys[1]), raw, minimum=1)
+    if data.get("maxTurnCostUsd") is not None:
+        cost = chk.number((*path, keys[2]), data["maxTurnCostUsd"], low=0, strict_low=True)
+    return BudgetPolicy(max_turn_seconds=seconds, max_turn_tokens=tokens, max_turn_cost_usd=cost)
+
+
+def _loop_detection(chk: Checker, path: tuple[str | int, ...], value: Any) -> LoopDetectionPolicy:
+    """`loopDetection: {enabled, warnAt, blockAt, stopAt}` with warnAt <= blockAt <= stopAt."""
+    default = LoopDetectionPolicy()
+    if value is None:
+        return default
+    data = chk.mapping(path, value, ("enabled", "warnAt", "blockAt", "stopAt")) or {}
+    enabled = default.enabled
+    if data.get("enabled") is not None:
+        enabled = chk.boolean((*path, "enabled"), data["enabled"]) is not False
+    counts = {"warnAt": default.warn_at, "blockAt": default.block_at, "stopAt": default.stop_at}
+    for key in counts:
+        if data.get(key) is not None:
+            counts[key] = chk.integer((*path, key), data[key], minimum=2) or counts[key]
+    if not counts["warnAt"] <= counts["blockAt"] <= counts["stopAt"]:
+        chk.error(
+            path,
+            f"needs warnAt <= blockAt <= stopAt, got {counts['warnAt']}, "
+            f"{counts['blockAt']}, {counts['stopAt']}",
+            "order the three thresholds",
+        )
+    return LoopDetectionPolicy(
+        enabled=enabled,
+        warn_at=counts["warnAt"],
+        block_at=counts["blockAt"],
+        stop_at=counts["stopAt"],
+    )
 
 
 # -- shared helpers ------------------------------------------------------------------------------

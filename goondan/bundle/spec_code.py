@@ -43,7 +43,8 @@ def _entry(chk: Checker, data: dict[str, Any]) -> str | None:
 
 
 def parse_tool(chk: Checker, spec: Any, name: str | None) -> ToolSpec | None:
-    data = chk.mapping(SPEC, spec, ("entry", "exports", "errorMessageLimit"), ("entry", "exports"))
+    allowed = ("entry", "exports", "errorMessageLimit", "timeoutMs", "sequential")
+    data = chk.mapping(SPEC, spec, allowed, ("entry", "exports"))
     if data is None:
         return None
     mark = chk.mark()
@@ -51,13 +52,25 @@ def parse_tool(chk: Checker, spec: Any, name: str | None) -> ToolSpec | None:
     limit: int | None = DEFAULT_ERROR_MESSAGE_LIMIT
     if data.get("errorMessageLimit") is not None:
         limit = chk.integer((*SPEC, "errorMessageLimit"), data["errorMessageLimit"], minimum=1)
+    timeout_ms = None
+    if data.get("timeoutMs") is not None:
+        timeout_ms = chk.integer((*SPEC, "timeoutMs"), data["timeoutMs"], minimum=1)
+    sequential = False
+    if data.get("sequential") is not None:
+        sequential = chk.boolean((*SPEC, "sequential"), data["sequential"]) is True
     tool_name_ok = name is not None and _check_tool_name(chk, name)
     exports: list[ToolExport] = []
     if data.get("exports") is not None:
         exports = _exports(chk, data["exports"], name if tool_name_ok else None)
     if not chk.clean_since(mark) or entry is None or limit is None:
         return None
-    return ToolSpec(entry=entry, exports=tuple(exports), error_message_limit=limit)
+    return ToolSpec(
+        entry=entry,
+        exports=tuple(exports),
+        error_message_limit=limit,
+        timeout_ms=timeout_ms,
+        sequential=sequential,
+    )
 
 
 def _check_tool_name(chk: Checker, name: str) -> bool:

@@ -5,13 +5,16 @@ import json
 from pathlib import Path
 
 import fastjsonschema
+import msgspec
 import pytest
 import structlog
 
+from agentproc.catalog import ToolPolicy
 from agentproc.messages import ToolCall
-from agentproc.tool_executor import execute_tool_call, truncate_error_message
-from agentproc.tool_registry import ToolEntry, ToolRegistry
-from goondan import ToolContext, ToolError
+from agentproc.tool_executor import ToolExecutor, execute_tool_call, truncate_error_message
+from agentproc.tool_registry import ToolEntry, ToolRegistry, make_entry
+from goondan import Pending, ToolContext, ToolError, ToolErrorInfo, ToolResult
+from goondan.bundle.model import ToolPolicySpec
 
 SCHEMA = {
     "type": "object",
@@ -88,10 +91,10 @@ async def test_missing_handler():
 @pytest.mark.parametrize(
     "args, problem",
     [
-        ({}, "must contain ['x'] properties"),
-        ({"x": "one"}, "must be integer"),
-        ({"x": 1, "extra": 2}, "must not contain"),
-        ({"x": 1, "mode": "c"}, "must be one of"),
+        ({}, "args.x: required property is missing"),
+        ({"x": "one"}, "args.x: must be an integer, got string"),
+        ({"x": 1, "extra": 2}, "args.extra: unexpected property"),
+        ({"x": 1, "mode": "c"}, "args.mode: must be one of a, b"),
         ("{not json", "not valid JSON"),
         ("[1]", "must be a JSON object"),
     ],
@@ -150,3 +153,184 @@ def test_truncation_boundaries(length, limit, expected_length, suffix):
     out = truncate_error_message("y" * length, limit)
     assert len(out) == expected_length
     assert out.endswith("... (truncated)") is suffix
+
+
+# -- the executor with its options ---------------------------------------------------------------
+
+
+def make(name, handler, **options):
+    return make_entry(name, "d", SCHEMA, handler, **options)
+
+
+async def invoke(executor, name, args, catalog=None, **kw):
+    call = ToolCall("c1", name, json.dumps(args))
+    return await executor.invoke(
+        name, args, lambda: context(call), catalog=catalog or executor.registry.names(), **kw
+    )
+
+
+async def test_invalid_arguments_list_up_to_five_problems():
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["a", "b", "c"],
+        "properties": {
+            "a": {"type": "string"},
+            "b": {"type": "integer", "minimum": 1},
+            "c": {"enum": ["x", "y"]},
+            "d": {"type": "array", "items": {"type": "string"}},
+        },
+    }
+    registry = ToolRegistry([make_entry("m__a", "d", schema, lambda c, a: 1)])
+    args = {"b": 0, "c": "z", "d": [1, "ok", 2], "e": 1}
+    result = await invoke(ToolExecutor(registry), "m__a", args)
+    message = result.error.message
+    assert result.error.code == "E_TOOL_INVALID_ARGS"
+    assert message == (
+        "Invalid arguments for tool 'm__a': args.a: required property is missing; "
+        "args.b: must be >= 1, got 0; args.c: must be one of x, y; "
+        "args.d[0]: must be a string, got integer; args.d[2]: must be a string, got integer; "
+        "+1 more issue"
+    )
+    assert "required=['a', 'b', 'c']" in result.error.suggestion
+
+
+async def test_handler_never_runs_with_invalid_arguments():
+    ran = []
+    registry = ToolRegistry([make("m__a", lambda c, a: ran.append(a))])
+    result = await invoke(ToolExecutor(registry), "m__a", {"x": "no"})
+    assert result.error.code == "E_TOOL_INVALID_ARGS" and ran == []
+
+
+async def test_error_copies_suggestion_and_help_url_and_own_code():
+    class QuotaError(Exception):
+        code = "E_QUOTA"
+        suggestion = "wait a minute"
+        help_url = "https://example.test/quota"
+
+    def boom(ctx, args):
+        raise QuotaError("over quota")
+
+    result = await invoke(ToolExecutor(ToolRegistry([make("m__a", boom)])), "m__a", {"x": 1})
+    assert result.error == ToolErrorInfo(
+        message="over quota",
+        code="E_QUOTA",
+        name="QuotaError",
+        suggestion="wait a minute",
+        help_url="https://example.test/quota",
+    )
+    wire = json.loads(msgspec.json.encode(result))
+    assert wire["error"]["helpUrl"] == "https://example.test/quota"
+
+
+async def test_an_error_without_a_message_is_unknown_tool_execution_error():
+    def boom(ctx, args):
+        raise ValueError()
+
+    result = await invoke(ToolExecutor(ToolRegistry([make("m__a", boom)])), "m__a", {"x": 1})
+    assert (result.error.code, result.error.name, result.error.message) == (
+        "E_TOOL",
+        "ValueError",
+        "Unknown tool execution error",
+    )
+
+
+async def test_a_tool_exiting_the_interpreter_is_an_error_not_an_exit():
+    def boom(ctx, args):
+        raise SystemExit(3)
+
+    result = await invoke(ToolExecutor(ToolRegistry([make("m__a", boom)])), "m__a", {"x": 1})
+    assert result.status == "error" and result.error.name == "SystemExit"
+
+
+@pytest.mark.parametrize("limit, length", [(20, 20), (16, 16), (15, 15), (5, 5), (2000, 1500)])
+async def test_the_per_tool_limit_applies(limit, length):
+    def boom(ctx, args):
+        raise RuntimeError("e" * 1500)
+
+    registry = ToolRegistry([make("m__a", boom, error_message_limit=limit)])
+    message = (await invoke(ToolExecutor(registry), "m__a", {"x": 1})).error.message
+    assert len(message) == length
+    assert message.endswith("... (truncated)") is (1500 > limit > 15)
+
+
+async def test_async_handler_timeout():
+    async def slow(ctx, args):
+        await asyncio.sleep(5)
+
+    registry = ToolRegistry([make("m__a", slow, timeout_ms=50)])
+    started = asyncio.get_running_loop().time()
+    result = await invoke(ToolExecutor(registry), "m__a", {"x": 1})
+    assert result.error.code == "E_TOOL_TIMEOUT" and "50 ms" in result.error.message
+    assert asyncio.get_running_loop().time() - started < 2
+
+
+async def test_sync_handler_timeout_uses_the_agent_default():
+    import time as _time
+
+    registry = ToolRegistry([make("m__a", lambda c, a: _time.sleep(0.5))])
+    result = await invoke(ToolExecutor(registry, default_timeout_ms=50), "m__a", {"x": 1})
+    assert result.error.code == "E_TOOL_TIMEOUT"
+    assert result.details["timeoutMs"] == 50
+
+
+async def test_tool_policy_denies_with_a_structured_error():
+    policy = ToolPolicy(ToolPolicySpec(allow=("m__*",), deny=("m__secret",)))
+    registry = ToolRegistry([make("m__a", lambda c, a: 1), make("m__secret", lambda c, a: 2)])
+    executor = ToolExecutor(registry)
+    assert (await invoke(executor, "m__a", {"x": 1}, denied=policy.refusal)).output == 1
+    denied = await invoke(executor, "m__secret", {"x": 1}, denied=policy.refusal)
+    assert denied.error.code == "E_TOOL_POLICY_DENIED"
+    assert policy.unmatched(["m__a", "m__secret"]) == []
+    assert ToolPolicy(ToolPolicySpec(deny=("nope__*",))).unmatched(["m__a"]) == ["nope__*"]
+
+
+async def test_registry_calls_outside_the_catalog_need_a_declared_policy():
+    registry = ToolRegistry([make("m__hidden", lambda c, a: "ran")])
+    executor = ToolExecutor(registry)
+    refused = await invoke(executor, "m__hidden", {"x": 1}, catalog={"m__other"})
+    assert refused.error.code == "E_TOOL_NOT_IN_CATALOG"
+    allowed = await invoke(
+        executor, "m__hidden", {"x": 1}, catalog={"m__other"}, allow_registry_calls=True
+    )
+    assert allowed.output == "ran"
+    unknown = await invoke(
+        executor, "m__nothing", {"x": 1}, catalog={"m__other"}, allow_registry_calls=True
+    )
+    assert unknown.error.code == "E_TOOL_NOT_IN_CATALOG"
+
+
+async def test_a_handler_may_return_a_tool_result_with_details():
+    def fine(ctx, args):
+        return ToolResult.ok({"rows": 2}, details={"sql": "select 1"})
+
+    def soft_error(ctx, args):
+        return ToolResult.fail(ToolErrorInfo("x" * 50, code="E_SOFT"))
+
+    registry = ToolRegistry([make("m__a", fine), make("m__b", soft_error, error_message_limit=20)])
+    executor = ToolExecutor(registry)
+    result = await invoke(executor, "m__a", {"x": 1})
+    assert result.output == {"rows": 2} and result.details == {"sql": "select 1"}
+    soft = await invoke(executor, "m__b", {"x": 1})
+    assert soft.error.code == "E_SOFT" and len(soft.error.message) == 20
+
+
+async def test_pending_without_a_job_manager_is_an_error():
+    async def later():
+        return 1
+
+    def submit(ctx, args):
+        work = later()
+        work.close()
+        return Pending(lambda: 1)
+
+    result = await invoke(ToolExecutor(ToolRegistry([make("m__a", submit)])), "m__a", {"x": 1})
+    assert result.error.code == "E_TOOL_PENDING_UNSUPPORTED"
+
+
+def test_tool_names_are_checked_when_registered():
+    for bad in ("nosep", "a__b__c", "__b", "a__", "a b__c", "x" * 70 + "__y"):
+        with pytest.raises(ValueError):
+            make_entry(bad, "d", SCHEMA, lambda c, a: 1)
+    with pytest.raises(ValueError, match="invalid parameters schema"):
+        make_entry("a__b", "d", {"type": "object", "properties": 3}, lambda c, a: 1)

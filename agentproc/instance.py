@@ -1,0 +1,65 @@
+"""One instance (conversation) of this agent and everything kept for it, in one directory:
+
+    <state-root>/swarms/<swarm>/instances/<instanceKey>/<agent>/
+        base.jsonl, events.jsonl     the conversation (event sourced)
+        runtime-events.jsonl         turn / step / tool events, for `goondan logs`
+        extensions/<name>.json       extension state
+        pending-tools.json           long-running tool calls not yet in the conversation
+
+The inbox holds messages that arrived between steps (async agent responses, tool
+completions); the loop adds them to the conversation before its next step or turn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import structlog
+
+from agentproc.conversation import Conversation
+from agentproc.extension_state import ExtensionStateStore
+from agentproc.messages import Message
+from agentproc.pending import PendingJobs
+from agentproc.runtime_events import RuntimeEventLog
+
+INBOX_LIMIT = 256  # messages waiting for an instance's next step
+
+
+class Instance:
+    def __init__(self, key: str, directory: Path, *, fsync_events: bool = False) -> None:
+        self.key = key
+        self.directory = directory
+        self.conversation = Conversation(directory, fsync_events=fsync_events)
+        self.events = RuntimeEventLog(directory)
+        self.state = ExtensionStateStore(directory / "extensions")
+        self.jobs = PendingJobs(directory, self.deliver)
+        self._inbox: list[Message] = []
+        self._log = structlog.get_logger().bind(instanceKey=key)
+
+    def load(self) -> Instance:
+        self.conversation.load()
+        self.jobs.load(self.conversation.messages)
+        return self
+
+    def deliver(self, message: Message) -> None:
+        """A message for the next step (or turn): it joins the conversation then."""
+        self._inbox.append(message)
+        if len(self._inbox) > INBOX_LIMIT:
+            dropped = self._inbox.pop(0)
+            self._log.warning("inbox full; oldest message dropped", messageId=dropped.id)
+
+    def take_inbox(self) -> list[Message]:
+        taken, self._inbox = self._inbox, []
+        return taken
+
+    def end_turn(self) -> None:
+        """Persist what the turn changed besides the conversation (which the caller folds)."""
+        self.state.save()
+        self.jobs.settle_delivered(self.conversation.messages)
+
+    def close(self) -> None:
+        self.jobs.cancel_all()
+        self.state.save()
+        self.conversation.fold()
+        self.conversation.close()
+        self.events.close()

@@ -1,0 +1,244 @@
+"""The core of one Step: call the model with the step's catalog, read its reply, run the calls.
+
+A reply is one of:
+- text only: appended; the turn can end;
+- tool calls: appended, run (`tool_calls.py`), results appended in the order issued;
+- malformed: tool calls whose arguments are not a JSON object, calls cut off by the output
+  token limit (not run), or a "tool_calls" finish without calls;
+- empty: no text and no calls. Right after tool results this simply ends the turn (the model
+  had nothing to add); otherwise it is corrected.
+Malformed and empty replies get a corrective message and another step, at most
+`MAX_CORRECTIONS` in a row; then the turn ends with an error.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolDefinition
+from agentproc.tool_calls import result_message, run_tool_calls
+from agentproc.tracing import current_span, new_span_id
+from goondan.extensions import ErrorDetail, StepResult
+from goondan.tools import ToolCatalogItem, ToolErrorInfo, ToolResult
+
+if TYPE_CHECKING:
+    from agentproc.turn import StepCtx, TurnRun
+
+_TOOL_FINISH = frozenset({"tool_calls", "tool_use", "function_call"})
+
+EMPTY_CORRECTION = (
+    "Your previous reply was empty. Answer the last message in plain text, or call one of "
+    "the tools offered to you."
+)
+MALFORMED_CORRECTION = (
+    "Your previous reply had a tool call that could not be used: its arguments must be one "
+    "JSON object matching the tool's parameters, complete and not cut off. Call the tool "
+    "again with valid arguments, or answer in plain text."
+)
+AGENTS_EXAMPLE = (
+    ' For example: agents__request with {"target": "<agent name>", "input": "<the request>"}.'
+)
+MALFORMED_STOP = (
+    "I could not produce a valid tool call after several attempts, so I stopped this turn. "
+    "Please rephrase the request or try again."
+)
+EMPTY_STOP = "I could not produce an answer after several attempts, so I stopped this turn."
+
+
+async def run_step(ctx: StepCtx) -> StepResult:
+    run = ctx.run
+    span = ctx.span = new_span_id()
+    token = current_span.set(span)
+    step_id = f"{run.turn_id}-step-{ctx.step_index}"
+    started = time.monotonic()
+    catalog = _visible(run, ctx.tool_catalog)
+    run.tracer.emit(
+        "step.started",
+        span,
+        run.tracer.turn_span,
+        {"stepId": step_id, "stepIndex": ctx.step_index, "tools": [t.name for t in catalog]},
+    )
+    try:
+        request = ModelRequest(
+            [*run.prefix, *run.conversation.messages],
+            [ToolDefinition(t.name, t.description, t.parameters) for t in catalog],
+            dict(run.agent.params),
+        )
+        try:
+            reply = await run.agent.provider.complete(request)
+        except ModelError as exc:
+            run.log.warning("model call failed", code=exc.code, error=str(exc), step=ctx.step_index)
+            error = ErrorDetail(exc.code, str(exc))
+            _step_event(
+                run,
+                "step.failed",
+                ctx,
+                span,
+                step_id,
+                started,
+                {"errorCode": error.code, "errorMessage": error.message},
+            )
+            return StepResult("failed", False, error=error)
+        usage = run.meter.add(reply.usage)
+        result = await _handle_reply(ctx, reply, frozenset(t.name for t in catalog))
+        result.usage = usage
+        _step_event(
+            run,
+            "step.completed",
+            ctx,
+            span,
+            step_id,
+            started,
+            {
+                "toolCallCount": len(reply.tool_calls),
+                "finishReason": reply.finish_reason,
+                "shouldContinue": result.should_continue,
+                "tokenUsage": _usage(usage),
+            },
+        )
+        return result
+    except BaseException as exc:
+        reason = "aborted" if not isinstance(exc, Exception) else "error"
+        _step_event(run, "step.failed", ctx, span, step_id, started, {"finishReason": reason})
+        raise
+    finally:
+        current_span.reset(token)
+
+
+async def _handle_reply(ctx: StepCtx, reply: ModelReply, names: frozenset[str]) -> StepResult:
+    run = ctx.run
+    text = reply.text or ""
+    calls = list(reply.tool_calls)
+    if text.strip():
+        run.last_text = text
+    if not calls:
+        if text.strip():
+            run.append(Message(id=run.next_id(), role="assistant", content=text))
+            _reset(run)
+            return StepResult("completed", False, text=text)
+        if reply.finish_reason in _TOOL_FINISH:
+            run.correct(
+                "malformed", MALFORMED_CORRECTION, "E_MODEL_MALFORMED_OUTPUT", MALFORMED_STOP
+            )
+        elif _after_tool_results(run):
+            _reset(run)  # nothing to add after its tools ran: the turn ends
+            return StepResult("completed", False, text="")
+        else:
+            run.correct("empty", EMPTY_CORRECTION, "E_MODEL_EMPTY_OUTPUT", EMPTY_STOP)
+        return StepResult("completed", run.stop is None)
+
+    assistant = Message(
+        id=run.next_id(),
+        role="assistant",
+        content=text or None,
+        tool_calls=tuple(calls),
+        metadata={"stepIndex": ctx.step_index},
+    )
+    run.append(assistant)
+    if reply.finish_reason == "length":
+        # Cut off by the output limit: the arguments may parse yet be incomplete. Run none.
+        results = [_truncated(call.name) for call in calls]
+        for call, result in zip(calls, results, strict=True):
+            run.append(result_message(run, call, result))
+        malformed, warnings = True, list[str]()
+    else:
+        results, malformed, warnings = await run_tool_calls(ctx, assistant, calls, names)
+    if warnings:
+        run.append(
+            Message(
+                id=run.next_id(),
+                role="user",
+                content="\n".join(warnings),
+                metadata={"__goondanLoopDetection": True},
+            )
+        )
+    if malformed:
+        example = AGENTS_EXAMPLE if any(c.name.startswith("agents__") for c in calls) else ""
+        run.correct(
+            "malformed", MALFORMED_CORRECTION + example, "E_MODEL_MALFORMED_OUTPUT", MALFORMED_STOP
+        )
+    else:
+        _reset(run)
+    return StepResult(
+        "completed",
+        run.stop is None,
+        text=text or None,
+        tool_calls=calls,
+        tool_results=results,
+    )
+
+
+def _visible(run: TurnRun, items: list[Any]) -> list[ToolCatalogItem]:
+    """The catalog step middleware left, as catalog items, minus what the policy forbids."""
+    out: list[ToolCatalogItem] = []
+    seen: set[str] = set()
+    policy = run.agent.policy
+    for item in items:
+        if not isinstance(item, ToolCatalogItem):
+            item = msgspec.convert(item, ToolCatalogItem)  # a dict a middleware added
+        if item.name in seen or not policy.permits(item.name):
+            continue
+        seen.add(item.name)
+        out.append(item)
+    return out
+
+
+def _after_tool_results(run: TurnRun) -> bool:
+    messages = run.conversation.messages
+    return bool(messages) and messages[-1].role == "tool"
+
+
+def _reset(run: TurnRun) -> None:
+    for kind in run.streaks:
+        run.streaks[kind] = 0
+
+
+def _truncated(name: str) -> ToolResult:
+    return ToolResult.fail(
+        ToolErrorInfo(
+            code="E_TOOL_CALL_TRUNCATED",
+            name="ToolCallTruncatedError",
+            message=f"Not run: the reply hit the output token limit, so the arguments of "
+            f"'{name}' may be cut off.",
+            suggestion="Issue the call again, with shorter arguments if they are long.",
+        )
+    )
+
+
+def _step_event(
+    run: TurnRun,
+    event: str,
+    ctx: StepCtx,
+    span: str,
+    step_id: str,
+    started: float,
+    data: dict[str, Any],
+) -> None:
+    run.tracer.emit(
+        event,
+        span,
+        run.tracer.turn_span,
+        {
+            "stepId": step_id,
+            "stepIndex": ctx.step_index,
+            "duration": round((time.monotonic() - started) * 1000, 3),
+            **data,
+        },
+    )
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.input_tokens + usage.output_tokens,
+    }
+    if usage.cost_usd is not None:
+        data["costUsd"] = usage.cost_usd
+    return data
+
+
+__all__ = ["run_step"]

@@ -1,0 +1,318 @@
+"""The tool calls of one model reply: concurrently, results in the order the model issued them.
+
+Calls run at the same time, except that a call to a tool declared `sequential` runs alone
+(after the calls before it, before the calls after it). Each result is appended to the
+conversation as soon as every call before it has its result too, so a crash loses as little
+as possible and the order stays the model's. Each call gets its own span, runs through the
+`toolCall` middleware onion and the executor, and is seen by loop detection. Cancelling the
+turn cancels its calls; each unfinished call is answered with `E_TOOL_CANCELLED`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentproc.messages import Message, ToolCall
+from agentproc.tool_args import ArgumentsError, parse_arguments
+from agentproc.tool_executor import invalid_args, truncate_error_message
+from agentproc.tracing import current_span, new_span_id
+from goondan.extensions import ToolCallMiddlewareContext
+from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolProgress, ToolResult
+
+if TYPE_CHECKING:
+    from agentproc.tool_registry import ToolEntry
+    from agentproc.turn import StepCtx, TurnRun
+
+_encoder = msgspec.json.Encoder()
+_PREVIEW = 1000  # characters of arguments and details kept in runtime events
+
+
+class CallCtx(ToolCallMiddlewareContext):
+    __slots__ = ("run", "call", "assistant", "span", "step_span", "catalog_names")
+    run: TurnRun
+    call: ToolCall
+    assistant: Message
+    span: str
+    step_span: str
+    catalog_names: frozenset[str]
+
+
+class _Done(msgspec.Struct):
+    result: ToolResult
+    malformed: bool = False
+    warning: str | None = None
+
+
+async def run_tool_calls(
+    step: StepCtx, assistant: Message, calls: list[ToolCall], names: frozenset[str]
+) -> tuple[list[ToolResult], bool, list[str]]:
+    """Run the calls; returns their results (in order), whether any was malformed, and the
+    loop-detection warnings for the model."""
+    run = step.run
+    done: list[_Done | None] = [None] * len(calls)
+    flushed = 0
+
+    def flush() -> None:
+        nonlocal flushed
+        while flushed < len(calls):
+            item = done[flushed]
+            if item is None:
+                return
+            run.append(result_message(run, calls[flushed], item.result))
+            if item.result.status == "ok":
+                run.restart_reason = _restart_requested(item.result.output) or run.restart_reason
+            flushed += 1
+
+    async def one(index: int) -> None:
+        done[index] = await _call(step, assistant, calls[index], names)
+        flush()
+
+    try:
+        for group in _groups(run, calls):
+            if len(group) == 1:
+                await one(group[0])
+            else:
+                await asyncio.gather(*(one(index) for index in group))
+    except asyncio.CancelledError:
+        for index, item in enumerate(done):
+            if item is None:
+                done[index] = _Done(_cancelled(calls[index].name))
+        flush()
+        raise
+    finished = [item for item in done if item is not None]
+    warnings = [item.warning for item in finished if item.warning]
+    return [item.result for item in finished], any(item.malformed for item in finished), warnings
+
+
+def result_message(run: TurnRun, call: ToolCall, result: ToolResult) -> Message:
+    metadata: dict[str, Any] = {"toolName": call.name, "status": result.status}
+    if result.handle is not None:
+        metadata["handle"] = result.handle
+    return Message(
+        id=run.next_id(),
+        role="tool",
+        content=llm_text(result),
+        tool_call_id=call.id,
+        metadata=metadata,
+    )
+
+
+def llm_text(result: ToolResult) -> str:
+    """What the model reads for a tool result: the JSON of the result without `details`."""
+    if result.details is not None:
+        result = msgspec.structs.replace(result, details=None)
+    return _encoder.encode(result).decode()
+
+
+def _groups(run: TurnRun, calls: list[ToolCall]) -> list[list[int]]:
+    """Runs of calls that may go together; a sequential tool's call is a group of its own."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    for index, call in enumerate(calls):
+        entry = run.agent.registry.get(call.name)
+        if entry is not None and entry.sequential:
+            if current:
+                groups.append(current)
+                current = []
+            groups.append([index])
+        else:
+            current.append(index)
+    if current:
+        groups.append(current)
+    return groups
+
+
+async def _call(step: StepCtx, assistant: Message, call: ToolCall, names: frozenset[str]) -> _Done:
+    run = step.run
+    span = new_span_id()
+    token = current_span.set(span)
+    started = time.monotonic()
+    run.tracer.emit(
+        "tool.called",
+        span,
+        step.span,
+        {
+            "toolCallId": call.id,
+            "toolName": call.name,
+            "stepIndex": step.step_index,
+            "arguments": call.arguments[:_PREVIEW],
+        },
+    )
+    outcome = _Done(_cancelled(call.name))
+    try:
+        try:
+            args = parse_arguments(call.arguments)
+        except ArgumentsError as exc:
+            outcome = _Done(invalid_args(call.name, str(exc)), malformed=True)
+            return outcome
+        verdict = run.guard.check(call.name, args)
+        if verdict != "run":
+            if verdict == "stop":
+                run.halt(
+                    "E_TOOL_LOOP_DETECTED",
+                    f"I stopped this turn: the call to {call.name} kept repeating with the same "
+                    "arguments and the same result.",
+                )
+            outcome = _Done(run.guard.blocked(call.name))
+            return outcome
+        result = await _through_middleware(step, assistant, call, names, span, args)
+        outcome = _Done(result, warning=run.guard.record(call.name, args, result))
+        return outcome
+    finally:
+        current_span.reset(token)
+        _tool_event(run, call, outcome.result, span, step.span, started)
+
+
+async def _through_middleware(
+    step: StepCtx,
+    assistant: Message,
+    call: ToolCall,
+    names: frozenset[str],
+    span: str,
+    args: dict[str, Any],
+) -> ToolResult:
+    run = step.run
+    ctx = CallCtx(
+        run.agent.pipeline.chain("toolCall", _call_core),
+        agent_name=run.agent.name,
+        instance_key=run.input.instance_key,
+        turn_id=run.turn_id,
+        trace_id=run.input.trace_id,
+        step_index=step.step_index,
+        tool_name=call.name,
+        tool_call_id=call.id,
+        args=args,
+    )
+    ctx.run, ctx.call, ctx.assistant = run, call, assistant
+    ctx.span, ctx.step_span, ctx.catalog_names = span, step.span, names
+    try:
+        result = await ctx._start()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a middleware bug: the model sees an error, the turn goes on
+        run.log.exception("toolCall middleware failed", tool=call.name)
+        return ToolResult.fail(
+            ToolErrorInfo(
+                code="E_TOOL_MIDDLEWARE",
+                name=type(exc).__name__,
+                message=truncate_error_message(f"A toolCall middleware failed: {exc}", 1000),
+            )
+        )
+    if not isinstance(result, ToolResult):
+        return ToolResult.fail(
+            ToolErrorInfo(
+                code="E_TOOL_MIDDLEWARE",
+                name="MiddlewareError",
+                message=f"A toolCall middleware returned {type(result).__name__}, not a "
+                "ToolResult.",
+            )
+        )
+    return result
+
+
+async def _call_core(ctx: CallCtx) -> ToolResult:
+    """The innermost layer: the executor (policy, catalog, validation, handler)."""
+    run = ctx.run
+    agent = run.agent
+    loop = asyncio.get_running_loop()
+    finished = False
+
+    def progress(update: ToolProgress) -> None:
+        if finished:
+            return  # updates after the call settled are dropped
+        data: dict[str, Any] = {"toolCallId": ctx.tool_call_id, "toolName": ctx.tool_name}
+        data.update(msgspec.to_builtins(update))
+        run.tracer.emit("tool.progress", ctx.span, ctx.step_span, data)
+
+    def on_update(update: ToolProgress) -> None:
+        try:
+            same_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            same_loop = False
+        if same_loop:
+            progress(update)
+        else:  # a sync handler's thread
+            loop.call_soon_threadsafe(progress, update)
+
+    def make_context() -> ToolContext:
+        return ToolContext(
+            agent_name=agent.name,
+            instance_key=ctx.instance_key,
+            turn_id=ctx.turn_id,
+            trace_id=ctx.trace_id,
+            tool_call_id=ctx.tool_call_id,
+            message=ctx.assistant,
+            workdir=run.workdir,
+            logger=run.log.bind(tool=ctx.tool_name, toolCallId=ctx.tool_call_id),
+            runtime=run.runtime,
+            on_update=on_update,
+        )
+
+    def submit(pending: Pending, entry: ToolEntry) -> ToolResult:
+        return run.instance.jobs.submit(pending, entry, ctx.tool_call_id, run.tracer, ctx.span)
+
+    policy = agent.policy
+    try:
+        return await agent.executor.invoke(
+            ctx.tool_name,
+            ctx.args,
+            make_context,
+            catalog=ctx.catalog_names,
+            denied=None if policy.is_open else policy.refusal,
+            allow_registry_calls=policy.allow_registry_calls,
+            submit=submit,
+        )
+    finally:
+        finished = True
+
+
+def _tool_event(
+    run: TurnRun, call: ToolCall, result: ToolResult, span: str, step_span: str, started: float
+) -> None:
+    data: dict[str, Any] = {
+        "toolCallId": call.id,
+        "toolName": call.name,
+        "status": result.status,
+        "duration": round((time.monotonic() - started) * 1000, 3),
+    }
+    if result.handle is not None:
+        data["handle"] = result.handle
+    if result.error is not None:
+        data["errorCode"] = result.error.code
+        data["errorMessage"] = result.error.message
+    if result.details is not None:
+        data["details"] = _json_safe(result.details)
+    run.tracer.emit(
+        "tool.failed" if result.status == "error" else "tool.completed", span, step_span, data
+    )
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        return msgspec.to_builtins(value)
+    except (TypeError, ValueError):
+        return repr(value)[:_PREVIEW]
+
+
+def _cancelled(name: str) -> ToolResult:
+    return ToolResult.fail(
+        ToolErrorInfo(
+            code="E_TOOL_CANCELLED",
+            name="ToolCancelledError",
+            message=f"The call to '{name}' was cancelled before it finished (the turn stopped).",
+        )
+    )
+
+
+def _restart_requested(output: object) -> str | None:
+    """The self-restart convention: an ok tool output with `restartRequested: true`."""
+    if isinstance(output, dict) and output.get("restartRequested") is True:
+        return str(output.get("restartReason") or "tool:self-restart")
+    return None
+
+
+__all__ = ["CallCtx", "llm_text", "result_message", "run_tool_calls"]

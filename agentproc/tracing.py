@@ -1,0 +1,82 @@
+"""Trace context and runtime events of a turn: turn -> step -> tool spans.
+
+`current_span` holds the span that is running in this task (the turn, a step, a tool call). A
+tool that asks another agent passes it in the `delegate` envelope's `spanId`, so the callee's
+turn names the caller's tool span as its parent: one trace across processes.
+
+`TurnTracer` writes each event to the instance's `runtime-events.jsonl` (for `goondan logs`)
+and publishes it on the extensions' in-process bus (`api.events.on("tool.completed", ...)`).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from agentproc.runtime_events import RuntimeEvent, RuntimeEventLog, new_span_id, now_iso
+
+current_span: ContextVar[str | None] = ContextVar("goondan_current_span", default=None)
+
+
+class EventBus(Protocol):
+    def publish(self, event: str, payload: dict[str, Any]) -> None: ...
+
+
+class TurnTracer:
+    def __init__(
+        self,
+        log: RuntimeEventLog | None,
+        bus: EventBus | None,
+        *,
+        agent_name: str,
+        instance_key: str,
+        trace_id: str,
+        turn_id: str,
+        parent_span_id: str | None,
+    ) -> None:
+        self._log = log
+        self._bus = bus
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.trace_id = trace_id
+        self.turn_id = turn_id
+        self.turn_span = new_span_id()
+        self.parent_span_id = parent_span_id  # the caller's tool span, for a delegated turn
+
+    def turn(self, event: str, data: dict[str, Any]) -> None:
+        self.emit(event, self.turn_span, self.parent_span_id, data)
+
+    def emit(
+        self, event: str, span_id: str, parent_span_id: str | None, data: dict[str, Any]
+    ) -> None:
+        record = RuntimeEvent(
+            type=event,
+            timestamp=now_iso(),
+            agent_name=self.agent_name,
+            instance_key=self.instance_key,
+            trace_id=self.trace_id,
+            span_id=span_id,
+            parent_span_id=parent_span_id,
+            turn_id=self.turn_id,
+            data=data,
+        )
+        if self._log is not None:
+            self._log.emit(record)
+        if self._bus is not None:
+            self._bus.publish(
+                event,
+                {
+                    "type": event,
+                    "timestamp": record.timestamp,
+                    "agentName": self.agent_name,
+                    "instanceKey": self.instance_key,
+                    "traceId": self.trace_id,
+                    "spanId": span_id,
+                    "parentSpanId": parent_span_id,
+                    "turnId": self.turn_id,
+                    **data,
+                },
+            )
+
+
+__all__ = ["EventBus", "TurnTracer", "current_span", "new_span_id"]

@@ -1,0 +1,397 @@
+"""The contract between the runtime and extensions: the `api`, middleware contexts, results.
+
+An Extension resource's entry module defines `register(api, config)` (sync or async). The agent
+process calls it once at start, in the order of `Agent.spec.extensions`, with the Extension's
+`spec.config` overlaid by the agent's per-ref `config`:
+
+    from goondan import ExtensionApi, StepMiddlewareContext, StepResult
+
+    def register(api: ExtensionApi, config: dict) -> None:
+        hidden = set(config.get("hide", []))
+
+        async def hide_tools(ctx: StepMiddlewareContext) -> StepResult:
+            ctx.tool_catalog = [t for t in ctx.tool_catalog if t.name not in hidden]
+            return await ctx.next()
+
+        api.pipeline.register("step", hide_tools)
+
+Middleware is an onion: `turn` wraps the whole turn, `step` one LLM call and its tool calls,
+`toolCall` one tool call. Lower `priority` is outer; equal priorities keep registration order
+(so the first extension listed is outermost). Each middleware calls `await ctx.next()` at most
+once; not calling it short-circuits the inner layers (a `toolCall` middleware may return its
+own `ToolResult`). Raising `ExtensionConfigError` from `register` reports a bad `config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+import msgspec
+import structlog
+
+from goondan.messages import Message, ToolCall
+from goondan.tools import DelegateReply, ToolCatalogItem, ToolHandler, ToolResult
+
+R = TypeVar("R")
+MiddlewareKind = Literal["turn", "step", "toolCall"]
+FinishReason = Literal["text_response", "max_steps", "error", "budget", "aborted"]
+
+
+class ExtensionConfigError(Exception):
+    """Raise from `register` when `config` is unusable; the agent does not start (E_EXT_CONFIG)."""
+
+
+class MiddlewareError(Exception):
+    """A middleware broke the pipeline contract (called `next()` twice, returned nothing)."""
+
+
+# -- conversation events ---------------------------------------------------------------------
+
+
+class AppendMessage(msgspec.Struct, frozen=True):
+    message: Message
+
+
+class ReplaceMessage(msgspec.Struct, frozen=True):
+    target_id: str
+    message: Message
+
+
+class RemoveMessage(msgspec.Struct, frozen=True):
+    target_id: str
+
+
+class TruncateMessages(msgspec.Struct, frozen=True):
+    pass
+
+
+MessageEvent = AppendMessage | ReplaceMessage | RemoveMessage | TruncateMessages
+"""How middleware changes the conversation: `ctx.emit_message_event(RemoveMessage(m.id))`.
+Every event is written to the conversation's event log before the loop moves on."""
+
+
+class ConversationState(Protocol):
+    """`next_messages = base_messages + events`, as upstream Goondan defines it."""
+
+    @property
+    def base_messages(self) -> Sequence[Message]:
+        """The messages as they were when the turn started."""
+        ...
+
+    @property
+    def events(self) -> Sequence[MessageEvent]:
+        """Every message event of this turn so far, in order."""
+        ...
+
+    @property
+    def next_messages(self) -> Sequence[Message]:
+        """The conversation now (read-only; change it with `emit_message_event`)."""
+        ...
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+class TokenUsage(msgspec.Struct, frozen=True, omit_defaults=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None  # when the Model declares `spec.pricing`
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class ErrorDetail(msgspec.Struct, frozen=True, omit_defaults=True):
+    code: str
+    message: str
+
+
+class TurnResult(msgspec.Struct, omit_defaults=True):
+    """What a turn produced. A `turn` middleware may return a changed copy
+    (`msgspec.structs.replace(result, text=...)`)."""
+
+    turn_id: str
+    finish_reason: FinishReason
+    text: str  # the answer sent back to whoever asked
+    steps: int = 0
+    usage: TokenUsage = TokenUsage()
+    error: ErrorDetail | None = None
+
+
+class StepResult(msgspec.Struct, omit_defaults=True):
+    """What one step produced. A `step` middleware may set `should_continue` after `next()`:
+    True keeps the turn going (bounded by `maxStepsPerTurn`), False ends it."""
+
+    status: Literal["completed", "failed"]
+    should_continue: bool
+    text: str | None = None
+    tool_calls: list[ToolCall] = []
+    tool_results: list[ToolResult] = []
+    usage: TokenUsage = TokenUsage()
+    error: ErrorDetail | None = None
+    metadata: dict[str, Any] = {}
+
+
+class InputEvent(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What started the turn."""
+
+    input: str
+    source: str  # "cli:<name>", "agent:<name>", "connector:<name>"
+    instance_key: str
+    request_id: str = ""
+    metadata: dict[str, Any] = {}
+
+
+# -- middleware contexts ---------------------------------------------------------------------
+
+
+class MiddlewareAgents(Protocol):
+    """`ctx.agents` in `turn` and `step` middleware: the same routes as `agents__request`."""
+
+    async def request(
+        self,
+        target: str,
+        input: str,
+        *,
+        instance_key: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> DelegateReply: ...
+
+    async def send(self, target: str, input: str, *, instance_key: str | None = None) -> None: ...
+
+
+Layer = Callable[[Any], Awaitable[Any]]
+
+
+class _Onion(Generic[R]):
+    """The `next()` of every middleware context: walks the layers composed once per agent."""
+
+    __slots__ = ("_layers", "_depth", "_nexted")
+
+    def __init__(self, layers: tuple[Layer, ...]) -> None:
+        self._layers = layers
+        self._depth = 0
+        self._nexted = 0  # bit i: layer i has called next()
+
+    def _start(self) -> Awaitable[R]:
+        """The runtime's entry into the outermost layer."""
+        return self._layers[0](self)
+
+    async def next(self) -> R:
+        """Run the inner layers (and finally the core) and return their result."""
+        depth = self._depth
+        bit = 1 << depth
+        if self._nexted & bit:
+            name = getattr(self._layers[depth], "__qualname__", repr(self._layers[depth]))
+            raise MiddlewareError(f"middleware {name} called ctx.next() more than once")
+        self._nexted |= bit
+        self._depth = depth + 1
+        try:
+            result: R = await self._layers[depth + 1](self)
+            return result
+        finally:
+            self._depth = depth
+
+
+class TurnMiddlewareContext(_Onion[TurnResult]):
+    __slots__ = (
+        "agent_name",
+        "instance_key",
+        "turn_id",
+        "trace_id",
+        "input_event",
+        "conversation_state",
+        "agents",
+        "metadata",
+        "_emit",
+    )
+
+    def __init__(
+        self,
+        layers: tuple[Layer, ...],
+        *,
+        agent_name: str,
+        instance_key: str,
+        turn_id: str,
+        trace_id: str,
+        input_event: InputEvent,
+        conversation_state: ConversationState,
+        agents: MiddlewareAgents,
+        emit: Callable[[MessageEvent], None],
+    ) -> None:
+        super().__init__(layers)
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.turn_id = turn_id
+        self.trace_id = trace_id
+        self.input_event = input_event
+        self.conversation_state = conversation_state
+        self.agents = agents
+        self.metadata: dict[str, Any] = {}
+        self._emit = emit
+
+    def emit_message_event(self, event: MessageEvent) -> None:
+        self._emit(event)
+
+
+class StepMiddlewareContext(_Onion[StepResult]):
+    __slots__ = (
+        "agent_name",
+        "instance_key",
+        "turn_id",
+        "trace_id",
+        "step_index",
+        "conversation_state",
+        "agents",
+        "tool_catalog",
+        "metadata",
+        "turn_metadata",
+        "_emit",
+    )
+
+    def __init__(
+        self,
+        layers: tuple[Layer, ...],
+        *,
+        agent_name: str,
+        instance_key: str,
+        turn_id: str,
+        trace_id: str,
+        step_index: int,
+        conversation_state: ConversationState,
+        agents: MiddlewareAgents,
+        tool_catalog: list[ToolCatalogItem],
+        turn_metadata: dict[str, Any],
+        emit: Callable[[MessageEvent], None],
+    ) -> None:
+        super().__init__(layers)
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.turn_id = turn_id
+        self.trace_id = trace_id
+        self.step_index = step_index  # 0-based within the turn
+        self.conversation_state = conversation_state
+        self.agents = agents
+        self.tool_catalog = tool_catalog  # mutable: what the LLM is offered in this step
+        self.metadata: dict[str, Any] = {}
+        self.turn_metadata = turn_metadata  # the turn context's `metadata`
+        self._emit = emit
+
+    def emit_message_event(self, event: MessageEvent) -> None:
+        self._emit(event)
+
+
+class ToolCallMiddlewareContext(_Onion[ToolResult]):
+    __slots__ = (
+        "agent_name",
+        "instance_key",
+        "turn_id",
+        "trace_id",
+        "step_index",
+        "tool_name",
+        "tool_call_id",
+        "args",
+        "metadata",
+    )
+
+    def __init__(
+        self,
+        layers: tuple[Layer, ...],
+        *,
+        agent_name: str,
+        instance_key: str,
+        turn_id: str,
+        trace_id: str,
+        step_index: int,
+        tool_name: str,
+        tool_call_id: str,
+        args: dict[str, Any],
+    ) -> None:
+        super().__init__(layers)
+        self.agent_name = agent_name
+        self.instance_key = instance_key
+        self.turn_id = turn_id
+        self.trace_id = trace_id
+        self.step_index = step_index
+        self.tool_name = tool_name  # "{resource}__{export}"
+        self.tool_call_id = tool_call_id
+        self.args = args  # mutable: the handler receives what is here after the outer layers
+        self.metadata: dict[str, Any] = {}
+
+
+TurnMiddleware = Callable[[TurnMiddlewareContext], Awaitable[TurnResult]]
+StepMiddleware = Callable[[StepMiddlewareContext], Awaitable[StepResult]]
+ToolCallMiddleware = Callable[[ToolCallMiddlewareContext], Awaitable[ToolResult]]
+
+
+# -- the api ---------------------------------------------------------------------------------
+
+
+class PipelineRegistry(Protocol):
+    def register(self, kind: MiddlewareKind, fn: Any, *, priority: int = 0) -> None:
+        """Add a `turn`, `step` or `toolCall` middleware (lower priority = outer layer)."""
+        ...
+
+
+class ExtensionTools(Protocol):
+    def register(
+        self,
+        item: ToolCatalogItem | Mapping[str, Any],
+        handler: ToolHandler,
+        *,
+        timeout_ms: int | None = None,
+        sequential: bool = False,
+        error_message_limit: int = 1000,
+    ) -> None:
+        """Add a tool to the Registry; it is in the catalog from the next step on. The name
+        must be `{extension}__{tool}`; registering a name again replaces the handler."""
+        ...
+
+
+class ExtensionState(Protocol):
+    """This extension's JSON object for the current instance; saved at turn end (only when
+    set), restored after a restart. Usable inside middleware, tool handlers and event
+    handlers (where an instance is current), not in `register`."""
+
+    def get(self) -> dict[str, Any] | None: ...
+
+    def set(self, value: dict[str, Any] | None) -> None: ...
+
+
+class ExtensionEvents(Protocol):
+    """In-process pub/sub. The runtime publishes its events here too (`turn.started`,
+    `turn.completed`, `step.*`, `tool.called`, `tool.completed`, `tool.failed`,
+    `tool.progress`) with a dict payload. Handler errors are logged, never propagated."""
+
+    def on(self, event: str, handler: Callable[..., Any]) -> Callable[[], None]:
+        """Subscribe; returns the function that unsubscribes."""
+        ...
+
+    def emit(self, event: str, *args: Any) -> None: ...
+
+
+class ExtensionApi(Protocol):
+    @property
+    def name(self) -> str:
+        """The Extension resource's name."""
+        ...
+
+    @property
+    def agent_name(self) -> str: ...
+
+    @property
+    def pipeline(self) -> PipelineRegistry: ...
+
+    @property
+    def tools(self) -> ExtensionTools: ...
+
+    @property
+    def state(self) -> ExtensionState: ...
+
+    @property
+    def events(self) -> ExtensionEvents: ...
+
+    @property
+    def logger(self) -> structlog.typing.FilteringBoundLogger: ...

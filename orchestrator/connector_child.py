@@ -1,0 +1,220 @@
+"""A connector process: one per Connection, started and supervised by the orchestrator.
+
+    python -m orchestrator.connector_child --connection NAME --bundle PATH \\
+        --endpoint ipc://... --state-root DIR --parent-pid PID
+
+It connects a DEALER as `connection:NAME`, loads the Connection (config and secrets resolved from
+the environment), imports the Connector's entry, sends `ready` and runs `await main(ctx)`,
+heartbeating every second. On `shutdown` (or SIGTERM) it sets `ctx.stopping`, gives `main` most
+of the grace period to return, cancels it, sends `shutdown_ack` (for a `shutdown`) and exits 0.
+
+Exit codes: 0 stopped, or `main` returned; 1 `main` crashed (respawn); 3 start error, also sent
+as `start_error` (the Connection needs fixing: bad bundle, unset env, no `main`, or `main`
+raised `ConnectorConfigError`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+
+import structlog
+import zmq
+
+from goondan.connectors import (
+    ConnectionSetup,
+    ConnectorConfigError,
+    ConnectorContext,
+    ConnectorMain,
+    SecretRedactor,
+    import_main,
+    install_redaction,
+    load_connection,
+)
+from goondan.logs import configure_logging
+from ipc import messages as wire
+from ipc.channel import Channel
+from ipc.endpoints import connect_dealer
+
+HEARTBEAT_INTERVAL_S = 1.0
+SIGTERM_GRACE_MS = 5_000
+MAIN_SHARE_OF_GRACE = 0.75  # the rest is for cancelling main, acking and closing
+EXIT_OK, EXIT_CRASHED, EXIT_START_ERROR = 0, 1, 3
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Die with the orchestrator, even when it is SIGKILLed (no orphans)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the heartbeat timeout still catches it
+        return
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class ConnectorProcess:
+    def __init__(self, setup: ConnectionSetup, main: ConnectorMain, sock: zmq.Socket[bytes]):
+        self.ctx = ConnectorContext(
+            connection_name=setup.connection,
+            connector_name=setup.connector,
+            config=setup.config,
+            secrets=setup.secrets,
+            send=self.send,
+        )
+        self.main = main
+        self.sock = sock
+        self.channel = Channel(sock, self.on_frames)
+        self.log = structlog.get_logger().bind(connection=setup.connection)
+        self._stop = asyncio.Event()
+        self._shutdown: wire.Shutdown | None = None
+
+    def send(self, frame: bytes) -> None:
+        self.channel.send([frame])
+
+    def on_frames(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            try:
+                env = wire.decode(frame)
+                if self.ctx.handle(env):
+                    continue
+                if env.type == wire.SHUTDOWN:
+                    self._shutdown = wire.decode_payload(env, wire.Shutdown)
+                    self._stop.set()
+                else:
+                    self.log.warning("dropped frame of unknown type", type=env.type)
+            except wire.MalformedFrame as exc:
+                self.log.warning("dropped malformed frame", error=str(exc))
+            except Exception:  # never let one message take the reader down
+                self.log.exception("failed to handle a frame")
+
+    def request_stop(self) -> None:
+        """SIGTERM: stop as for a `shutdown`, without an ack (nobody asked for one)."""
+        self._stop.set()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        self.channel.start()
+        ready = wire.Ready(wire.PROTOCOL_VERSION, os.getpid(), self.ctx.identity)
+        self.send(wire.encode(wire.READY, self.ctx.identity, wire.ORCHESTRATOR, ready))
+        self.log.info("connector started", connector=self.ctx.connector_name, pid=os.getpid())
+        heartbeat = loop.create_task(self._heartbeat())
+        main_task = loop.create_task(self._run_main())
+        stop_task = loop.create_task(self._stop.wait())
+        await asyncio.wait({main_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        code = EXIT_OK
+        if main_task.done():
+            code = main_task.result()
+        else:
+            code = await self._stop_main(main_task)
+        stop_task.cancel()
+        heartbeat.cancel()
+        if self._shutdown is not None:
+            self.send(wire.encode(wire.SHUTDOWN_ACK, self.ctx.identity, wire.ORCHESTRATOR))
+        await self._close()
+        return code
+
+    async def _run_main(self) -> int:
+        try:
+            await self.main(self.ctx)
+        except ConnectorConfigError as exc:
+            self.log.error("connector cannot run", error=str(exc))
+            error = wire.ErrorInfo("E_CONNECTOR_START", str(exc))
+            self.send(wire.encode(wire.START_ERROR, self.ctx.identity, wire.ORCHESTRATOR, error))
+            return EXIT_START_ERROR
+        except Exception:
+            self.log.exception("connector crashed")
+            return EXIT_CRASHED
+        self.log.info("connector main returned")
+        return EXIT_OK
+
+    async def _stop_main(self, main_task: asyncio.Task[int]) -> int:
+        grace_ms = self._shutdown.grace_period_ms if self._shutdown else SIGTERM_GRACE_MS
+        grace = max(0.0, grace_ms / 1000)
+        self.log.info("stopping connector", grace_s=grace)
+        self.ctx.stopping.set()
+        done, _ = await asyncio.wait({main_task}, timeout=grace * MAIN_SHARE_OF_GRACE)
+        if not done:
+            self.log.warning("connector did not stop within the grace period; cancelling it")
+            main_task.cancel()
+            await asyncio.wait({main_task}, timeout=max(0.1, grace * 0.15))
+        if main_task.done() and not main_task.cancelled():
+            code = main_task.result()
+            return code if code == EXIT_START_ERROR else EXIT_OK
+        return EXIT_OK
+
+    async def _heartbeat(self) -> None:
+        frame = wire.encode(wire.HEARTBEAT, self.ctx.identity, wire.ORCHESTRATOR)
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            try:
+                self.send(frame)
+            except zmq.ZMQError:
+                return
+
+    async def _close(self) -> None:
+        """Let the last frames (the ack) leave before closing: `Channel.close` drops them."""
+        for _ in range(100):
+            await asyncio.sleep(0.005)
+            if self.channel.pending_sends == 0:
+                break
+        asyncio.get_running_loop().remove_reader(self.sock.FD)
+        self.sock.close(linger=1000)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.connector_child")
+    parser.add_argument("--connection", required=True)
+    parser.add_argument("--bundle", required=True)
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--state-root", required=True)
+    parser.add_argument("--parent-pid", type=int, required=True)
+    return parser.parse_args(argv)
+
+
+async def _serve(args: argparse.Namespace, redactor: SecretRedactor) -> int:
+    identity = f"connection:{args.connection}"
+    log = structlog.get_logger()
+    zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    sock = connect_dealer(zctx, args.endpoint, identity)
+    try:
+        try:
+            setup = load_connection(args.bundle, args.connection, os.environ)
+            redactor.update(setup.secrets.values())
+            main = import_main(setup)
+        except ConnectorConfigError as exc:
+            log.error("connector cannot start", error=str(exc))
+            error = wire.ErrorInfo("E_CONNECTOR_START", str(exc))
+            sock.send(wire.encode(wire.START_ERROR, identity, wire.ORCHESTRATOR, error))
+            sock.close(linger=1000)
+            return EXIT_START_ERROR
+        process = ConnectorProcess(setup, main, sock)
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
+        return await process.run()
+    finally:
+        zctx.term()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    die_with_parent(args.parent_pid)
+    # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging()
+    redactor = SecretRedactor()  # filled with the secrets before anything can log them
+    install_redaction(redactor)
+    structlog.contextvars.bind_contextvars(connection=args.connection)
+    try:
+        import uvloop
+
+        return uvloop.run(_serve(args, redactor))
+    finally:
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Connectors through a real daemon: the webhook connector over real HTTP on 127.0.0.1."""
+
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.e2e.conftest import REPO, wait_for
+
+SECRET = "s3cret-value-for-tests"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def post(port: int, body: dict, *, secret: str | None = SECRET, raw: bytes | None = None):
+    data = raw if raw is not None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if secret is not None:
+        digest = hmac.new(secret.encode(), json.dumps(body).encode(), hashlib.sha256).hexdigest()
+        headers["X-Signature-256"] = f"sha256={digest}"
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/", data, headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.fixture
+def webhook(start_daemon, tmp_path):
+    bundle = tmp_path / "webhook"
+    shutil.copytree(REPO / "configs" / "webhook", bundle)
+    port = free_port()
+    main = bundle / "goondan.yaml"
+    main.write_text(main.read_text().replace('PORT: {value: "8080"}', f'PORT: {{value: "{port}"}}'))
+    daemon = start_daemon(bundle, env={"WEBHOOK_SECRET": SECRET})
+
+    def listening() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, timeout=20)
+    return daemon, port
+
+
+def test_signed_request_gets_the_agent_reply(webhook):
+    daemon, port = webhook
+    status, body = post(port, {"text": "What is 19 plus 23?", "wait": True})
+    assert status == 200, body
+    assert body["reply"] == "19 plus 23 is 42." and body["agent"] == "responder"
+    rows = {p["name"]: p for p in daemon.status()["processes"]}
+    assert rows["http-in"]["kind"] == "connector" and rows["http-in"]["status"] == "idle"
+
+
+def test_unsigned_and_tampered_requests_are_refused(webhook, state_root):
+    daemon, port = webhook
+    assert post(port, {"text": "hi"}, secret=None)[0] == 401
+    tampered = json.dumps({"text": "other"}).encode()
+    assert post(port, {"text": "hi"}, raw=tampered)[0] == 401
+    assert post(port, {"text": "hi"}, secret="wrong")[0] == 401
+    # nothing reached an agent
+    assert not list(state_root.glob("swarms/*/instances/*/responder/base.jsonl"))
+
+
+def test_ingress_rules_pick_the_conversation(webhook, state_root):
+    daemon, port = webhook
+    status, body = post(port, {"text": "hello", "properties": {"caller": "alice"}})
+    assert status == 202 and body == {
+        "accepted": True,
+        "agent": "responder",
+        "instanceKey": "http:alice",
+    }
+    convo = state_root / "swarms/default/instances/http:alice/responder/base.jsonl"
+    wait_for(lambda: convo.exists() and "Webhook received: hello" in convo.read_text())
+
+
+def test_crashed_connector_is_respawned_and_serves_again(webhook):
+    daemon, port = webhook
+    old = daemon.process("http-in")["pid"]
+    os.kill(old, signal.SIGKILL)
+    wait_for(lambda: daemon.process("http-in")["restarts"] == 1, timeout=10)
+
+    def answers() -> bool:
+        try:
+            return post(port, {"text": "What is 1 plus 1?", "wait": True})[0] == 200
+        except OSError:
+            return False
+
+    wait_for(answers, timeout=20)
+    assert daemon.process("http-in")["pid"] != old
+
+
+def test_an_accepted_event_survives_a_connector_crash(webhook, state_root):
+    daemon, port = webhook
+    status, _ = post(port, {"text": "remember me", "properties": {"caller": "bob"}})
+    assert status == 202
+    os.kill(daemon.process("http-in")["pid"], signal.SIGKILL)  # right after the ack
+    convo = state_root / "swarms/default/instances/http:bob/responder/base.jsonl"
+    wait_for(lambda: convo.exists() and "Webhook received: remember me" in convo.read_text())
+
+
+def test_secrets_never_reach_the_logs(webhook):
+    daemon, port = webhook
+    post(port, {"text": "What is 2 plus 2?", "wait": True})
+    post(port, {"text": "x"}, secret="wrong")
+    assert SECRET not in daemon.logs()
+
+
+def test_events_no_rule_accepts_are_refused_and_logged(start_daemon, tmp_path):
+    bundle = tmp_path / "webhook"
+    shutil.copytree(REPO / "configs" / "webhook", bundle)
+    port = free_port()
+    main = bundle / "goondan.yaml"
+    text = main.read_text().replace('PORT: {value: "8080"}', f'PORT: {{value: "{port}"}}')
+    text = text.replace("      - route: {}\n", "").replace(
+        "match: {event: webhook_message}",
+        "match: {event: webhook_message, properties: {caller: vip}}",
+    )
+    main.write_text(text)
+    daemon = start_daemon(bundle, env={"WEBHOOK_SECRET": SECRET})
+    wait_for(lambda: daemon.process("http-in")["status"] == "idle", timeout=20)
+    status, body = post(port, {"text": "hi", "properties": {"caller": "nobody"}})
+    assert status == 422 and body["error"]["code"] == "E_NO_ROUTE", daemon.logs()
+    assert "event matched no ingress rule; refused" in daemon.logs()
+    assert post(port, {"text": "hi", "properties": {"caller": "vip"}})[0] == 202
