@@ -18,6 +18,8 @@ from orchestrator.journal import Journal
 from orchestrator.router import Requester, Router
 from orchestrator.supervisor import CONNECTION_PREFIX
 
+BASE = "@goondan/base"
+
 
 def swarm_connections(bundle: Bundle, swarm: Resource) -> dict[str, Resource]:
     """Process name (`connection:<name>`) -> Connection, for Connections bound to `swarm`
@@ -28,6 +30,15 @@ def swarm_connections(bundle: Bundle, swarm: Resource) -> dict[str, Resource]:
         if spec.swarm_ref is None or spec.swarm_ref.name == swarm.name:
             found[CONNECTION_PREFIX + connection.name] = connection
     return found
+
+
+def terminal_connection(bundle: Bundle, connections: dict[str, Resource]) -> str | None:
+    """The first Connection served by the built-in `cli` connector: it reads the terminal."""
+    for name, connection in connections.items():
+        connector = bundle.find(connection.spec.connector_ref, connection.package)
+        if connector is not None and (connector.package, connector.name) == (BASE, "cli"):
+            return name
+    return None
 
 
 class Connections:

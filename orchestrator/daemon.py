@@ -25,7 +25,7 @@ from goondan.paths import StatePaths, slug
 from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
-from orchestrator.connections import Connections, swarm_connections
+from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry
 from orchestrator.journal import Journal
@@ -115,7 +115,12 @@ class Daemon:
         connections = swarm_connections(self.bundle, self.swarm)
         self.supervisor = Supervisor(
             [*self.agent_names, *connections],
-            {"agent": self.launcher, "connector": ConnectorLauncher(launch_spec)},
+            {
+                "agent": self.launcher,
+                "connector": ConnectorLauncher(
+                    launch_spec, terminal_connection(self.bundle, connections)
+                ),
+            },
             on_ready=self._agent_ready,
             on_exit=self._agent_exited,
             hang_timeout_s=self._hang_timeout_s,
@@ -222,7 +227,10 @@ class Daemon:
         self.notifier.stopping()
         self.notifier.stop_watchdog()
         send_shutdown = self._shutdown_sender("orchestrator_shutdown")
-        await self.supervisor.stop_all(send_shutdown, self.grace_s)
+        try:
+            await self.supervisor.stop_all(send_shutdown, self.grace_s)
+        except Exception:  # a bug must not keep the sockets and the journal open
+            self._log.exception("draining the processes failed")
         await self.launcher.aclose()
         self.router.fail_all(
             "E_SHUTTING_DOWN",

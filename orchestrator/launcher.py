@@ -101,13 +101,17 @@ class ConnectorLauncher:
     `python -m orchestrator.connector_child`, and they load their Connection themselves (so
     secrets never travel on a command line)."""
 
-    def __init__(self, spec: LaunchSpec) -> None:
+    def __init__(self, spec: LaunchSpec, terminal_owner: str | None = None) -> None:
         self.spec = spec
+        # The one connection (a `cli` connector) that gets the daemon's own stdin and stdout,
+        # so `goondan run` in a terminal is interactive; the others get /dev/null.
+        self.terminal_owner = terminal_owner
 
     async def start(self) -> None:
         return None
 
     async def launch(self, name: str) -> ChildProcess:
+        owns_terminal = name == self.terminal_owner
         argv = [
             "--connection", name.removeprefix("connection:"),
             "--bundle", str(self.spec.bundle),
@@ -120,8 +124,8 @@ class ConnectorLauncher:
             "-m",
             "orchestrator.connector_child",
             *argv,
-            stdin=subprocess.DEVNULL,
-            stdout=sys.stderr.fileno(),
+            stdin=None if owns_terminal else subprocess.DEVNULL,
+            stdout=None if owns_terminal else sys.stderr.fileno(),
             stderr=None,
         )
         return process

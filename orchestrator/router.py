@@ -232,7 +232,7 @@ class Router:
             self.fail_waiting(name, error_code, message)
 
     def in_flight(self, name: str) -> int:
-        return len(self._by_target[name])
+        return len(self._by_target.get(name, ()))
 
     # -- internals ---------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from agentproc.conversation import read_messages
 from tests.e2e.conftest import REPO, wait_for
 
 SECRET = "s3cret-value-for-tests"
@@ -134,3 +135,42 @@ def test_events_no_rule_accepts_are_refused_and_logged(start_daemon, tmp_path):
     assert status == 422 and body["error"]["code"] == "E_NO_ROUTE", daemon.logs()
     assert "event matched no ingress rule; refused" in daemon.logs()
     assert post(port, {"text": "hi", "properties": {"caller": "vip"}})[0] == 202
+
+
+def test_cli_connector_reads_the_daemons_stdin(tmp_path, state_root):
+    import subprocess
+
+    from tests.e2e.conftest import GOONDAN, QUICKSTART
+
+    bundle = tmp_path / "cli"
+    shutil.copytree(QUICKSTART, bundle)
+    with open(bundle / "goondan.yaml", "a") as f:
+        f.write(
+            "---\napiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: terminal}\n"
+            "spec:\n  connectorRef: {kind: Connector, name: cli, package: \"@goondan/base\"}\n"
+            '  config: {REPLY: {value: "true"}}\n'
+            "  ingress:\n    rules:\n      - route: {instanceKey: local}\n"
+        )
+    stderr = open(state_root / "stderr", "w")  # noqa: SIM115 - closed in finally
+    daemon = subprocess.Popen(
+        [*GOONDAN, "run", str(bundle), "--state-root", str(state_root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+    try:
+        daemon.stdin.write("What is 2 plus 3?\nWhat is 4 plus 4?\n")
+        daemon.stdin.close()
+        first, second = daemon.stdout.readline(), daemon.stdout.readline()
+        assert first.startswith("2 plus 3 is 5") and second.startswith("4 plus 4 is 8")
+        convo = read_messages(state_root / "swarms/default/instances/local/assistant")
+        assert [m.content for m in convo if m.role == "user"] == [  # one conversation, as routed
+            "What is 2 plus 3?",
+            "What is 4 plus 4?",
+        ]
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(20) == 0, (state_root / "stderr").read_text()
+        daemon.stdout.close()
+        stderr.close()
