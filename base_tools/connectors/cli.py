@@ -1,9 +1,9 @@
 """`cli`: one event per input line (upstream's `stdin_message`).
 
 Reads config INPUT_PATH when set (a regular file is read to its end; a FIFO stays open, so
-writers may come and go: `echo hi > the.fifo`), else standard input. The daemon gives connector
-processes /dev/null as stdin, so under `goondan run` the input is INPUT_PATH. The end of the
-input ends the connector.
+writers may come and go: `echo hi > the.fifo`), else standard input: the daemon hands its own
+stdin and stdout to the first `cli` Connection, so `goondan run` in a terminal is interactive.
+The end of the input ends the connector.
 
 A line that is a JSON object supplies `name` | `event`, `text` | `message`, `instanceKey` and
 `properties`; any other non-empty line is the text. Empty lines are skipped (config
