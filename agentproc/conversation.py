@@ -59,6 +59,11 @@ class Conversation:
         self._events_fd: int | None = None
         self.messages: list[Message] = []
         self._dirty = False
+        self.events_bytes = 0  # appended to events.jsonl since the last fold
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty
 
     def load(self) -> list[Message]:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -117,6 +122,7 @@ class Conversation:
         with open(self.events_path, "wb"):
             pass
         self._dirty = False
+        self.events_bytes = 0
 
     def close(self) -> None:
         self._close_events()
@@ -128,7 +134,9 @@ class Conversation:
                 self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
             )
         # One write() per event: it reaches the OS before we return, so a crash keeps it.
-        os.write(self._events_fd, _encoder.encode(event) + b"\n")
+        line = _encoder.encode(event) + b"\n"
+        os.write(self._events_fd, line)
+        self.events_bytes += len(line)
         if self._fsync_events:
             os.fsync(self._events_fd)
         self._dirty = True

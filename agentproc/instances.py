@@ -26,6 +26,9 @@ class InstanceQueues(Generic[J]):
     def busy(self) -> int:
         return len(self._workers)
 
+    def is_busy(self, key: str) -> bool:
+        return key in self._workers
+
     def submit(self, key: str, job: J) -> None:
         self._queues.setdefault(key, deque()).append(job)
         if key not in self._workers:

@@ -20,7 +20,8 @@ from agentproc.process import AgentProcess
 from agentproc.providers import make_provider
 from agentproc.tool_registry import ToolLoadError, ToolRegistry
 from agentproc.turn import AgentDefinition
-from goondan.bundle import AgentSpec, BundleInvalid, Resource, load_bundle, resolve_value
+from goondan.bundle import AgentSpec, BundleInvalid, Resource, resolve_value
+from goondan.bundle.cache import load_bundle_cached
 from goondan.logs import configure_logging
 from goondan.paths import StatePaths
 from ipc import messages as wire
@@ -49,7 +50,7 @@ async def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, d
 
     Raises StartError with a message for whoever waits on the agent."""
     try:
-        bundle = load_bundle(args.bundle)
+        bundle = load_bundle_cached(args.bundle)  # parsed once by the template process
     except BundleInvalid as exc:
         raise StartError(f"the bundle no longer validates:\n{exc}") from None
     swarm = bundle.select_swarm(args.swarm)
@@ -168,6 +169,7 @@ async def _serve(args: argparse.Namespace) -> int:
         catalog=catalog,
         paths=StatePaths.at(args.state_root),
         sock=sock,
+        durability="fsync" if os.environ.get("GOONDAN_DURABILITY") == "fsync" else "os",
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import structlog
@@ -22,6 +22,9 @@ from ipc.channel import Channel
 
 HEARTBEAT_INTERVAL_S = 1.0
 CANCEL_WAIT_S = 2.0  # after the grace period: how long cancelled turns get to wind down
+FOLD_EVENTS_BYTES = 256 * 1024  # fold a conversation when its events file grows past this
+FOLD_QUIET_S = 5.0  # ... or when its instance has had no turn running for about this long
+Durability = Literal["os", "fsync"]
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -47,7 +50,10 @@ class AgentProcess:
         catalog: dict[str, Any],
         paths: StatePaths,
         sock: zmq.Socket[bytes],
+        durability: Durability = "os",
     ) -> None:
+        """`durability`: "os" writes each conversation event to the OS before going on (safe
+        from a process crash); "fsync" also fsyncs it (safe from power loss, slower)."""
         self.definition = definition
         self.name = definition.name
         self.swarm = swarm
@@ -60,6 +66,7 @@ class AgentProcess:
         self._instances: dict[str, Instance] = {}
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
+        self.durability = durability
 
     # -- wire --------------------------------------------------------------------------------
 
@@ -124,7 +131,9 @@ class AgentProcess:
         instance = self._instances.get(key)
         if instance is None:
             directory = self.paths.conversation_dir(self.swarm, key, self.name)
-            instance = self._instances[key] = Instance(key, directory).load()
+            instance = self._instances[key] = Instance(
+                key, directory, fsync_events=self.durability == "fsync"
+            ).load()
         return instance
 
     def _deliver_async(self, key: str, message: Message) -> None:
@@ -177,8 +186,12 @@ class AgentProcess:
             error = wire.ErrorInfo("E_TURN_FAILED", f"{type(exc).__name__}: {exc}")
             result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
         self._reply(job, result)
-        # The events are already on disk; the fsync'd fold can follow the reply.
-        conversation.fold()
+        # The turn's events are already with the OS, so the answer is safe from a crash. The
+        # fold (two fsyncs) would cost more than the turn itself: it waits until the events
+        # grow large, the instance goes quiet (`_fold_quiet_instances`), or the agent stops.
+        # With `durability: fsync`, every event was fsync'd and each turn is folded at once.
+        if self.durability == "fsync" or conversation.events_bytes > FOLD_EVENTS_BYTES:
+            conversation.fold()
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
@@ -211,8 +224,10 @@ class AgentProcess:
         )
         self.log.debug("agent ready", pid=os.getpid())
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
+        folder = asyncio.get_running_loop().create_task(self._fold_quiet_instances())
         await self._stop.wait()
         heartbeat.cancel()
+        folder.cancel()
         grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
         try:
             await asyncio.wait_for(self.queues.wait_idle(), grace)
@@ -228,13 +243,20 @@ class AgentProcess:
         self.definition.executor.close()
         if self._shutdown is not None:
             self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))
-            await asyncio.sleep(0)  # let the channel flush before we close it
-        self.channel.close()
+        await self.channel.flush(timeout_s=1.0)  # the ack must not die in our outbox
+        self.channel.close(linger_ms=1000)
         return 0
 
     def request_stop(self) -> None:
         """SIGTERM: finish what is running and exit, as for a `shutdown` message."""
         self._stop.set()
+
+    async def _fold_quiet_instances(self) -> None:
+        while True:
+            await asyncio.sleep(FOLD_QUIET_S)
+            for key, instance in self._instances.items():
+                if instance.conversation.dirty and not self.queues.is_busy(key):
+                    instance.conversation.fold()
 
     async def _heartbeat(self) -> None:
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)

@@ -42,12 +42,21 @@ class Channel:
         self._loop.add_reader(self.sock.FD, self._on_readable)
         self._schedule_drain()  # messages may have arrived before we started watching
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 0) -> None:
+        """Stop watching and close; `linger_ms` lets libzmq deliver what it already holds."""
         if self._closed:
             return
         self._closed = True
         self._loop.remove_reader(self.sock.FD)
-        self.sock.close(linger=0)
+        self.sock.close(linger=linger_ms)
+
+    async def flush(self, timeout_s: float) -> bool:
+        """Wait until the outbox is handed to libzmq; False if it is still full at the end."""
+        deadline = self._loop.time() + timeout_s
+        while self._outbox and self._loop.time() < deadline and not self._closed:
+            self._schedule_drain()
+            await asyncio.sleep(0.001)
+        return not self._outbox
 
     @property
     def pending_sends(self) -> int:

@@ -72,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the default) or as fresh interpreters (simplest to debug)",
     )
     p.add_argument(
+        "--durability",
+        choices=("os", "fsync"),
+        default="os",
+        help="os (default): every conversation event is written to the OS before the turn goes "
+        "on — safe when a process crashes; fsync: also flushed to disk — safe from power "
+        "loss, slower",
+    )
+    p.add_argument(
         "--hang-timeout",
         type=float,
         default=15.0,

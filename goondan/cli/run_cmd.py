@@ -18,6 +18,7 @@ from orchestrator.lock import AlreadyRunning
 
 
 def run(args: argparse.Namespace) -> int:
+    os.environ["GOONDAN_DURABILITY"] = args.durability  # agent processes inherit it
     if args.log_level:
         os.environ["GOONDAN_LOG_LEVEL"] = args.log_level  # agent processes inherit it
     configure_logging(args.log_level)

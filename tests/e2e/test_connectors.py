@@ -71,7 +71,7 @@ def test_unsigned_and_tampered_requests_are_refused(webhook, state_root):
     assert post(port, {"text": "hi"}, raw=tampered)[0] == 401
     assert post(port, {"text": "hi"}, secret="wrong")[0] == 401
     # nothing reached an agent
-    assert not list(state_root.glob("swarms/*/instances/*/responder/base.jsonl"))
+    assert not list(state_root.glob("swarms/*/instances/*/responder"))
 
 
 def test_ingress_rules_pick_the_conversation(webhook, state_root):
@@ -82,8 +82,8 @@ def test_ingress_rules_pick_the_conversation(webhook, state_root):
         "agent": "responder",
         "instanceKey": "http:alice",
     }
-    convo = state_root / "swarms/default/instances/http:alice/responder/base.jsonl"
-    wait_for(lambda: convo.exists() and "Webhook received: hello" in convo.read_text())
+    convo = state_root / "swarms/default/instances/http:alice/responder"
+    wait_for(lambda: "Webhook received: hello" in [m.content for m in read_messages(convo)])
 
 
 def test_crashed_connector_is_respawned_and_serves_again(webhook):
@@ -107,8 +107,8 @@ def test_an_accepted_event_survives_a_connector_crash(webhook, state_root):
     status, _ = post(port, {"text": "remember me", "properties": {"caller": "bob"}})
     assert status == 202
     os.kill(daemon.process("http-in")["pid"], signal.SIGKILL)  # right after the ack
-    convo = state_root / "swarms/default/instances/http:bob/responder/base.jsonl"
-    wait_for(lambda: convo.exists() and "Webhook received: remember me" in convo.read_text())
+    convo = state_root / "swarms/default/instances/http:bob/responder"
+    wait_for(lambda: "Webhook received: remember me" in [m.content for m in read_messages(convo)])
 
 
 def test_secrets_never_reach_the_logs(webhook):
@@ -147,7 +147,7 @@ def test_cli_connector_reads_the_daemons_stdin(tmp_path, state_root):
     with open(bundle / "goondan.yaml", "a") as f:
         f.write(
             "---\napiVersion: goondan.ai/v1\nkind: Connection\nmetadata: {name: terminal}\n"
-            "spec:\n  connectorRef: {kind: Connector, name: cli, package: \"@goondan/base\"}\n"
+            'spec:\n  connectorRef: {kind: Connector, name: cli, package: "@goondan/base"}\n'
             '  config: {REPLY: {value: "true"}}\n'
             "  ingress:\n    rules:\n      - route: {instanceKey: local}\n"
         )

@@ -7,6 +7,8 @@ import time
 import pytest
 import zmq
 
+from agentproc.conversation import read_messages
+from tests.e2e.conftest import QUICKSTART as QUICKSTART_PATH
 from tests.e2e.conftest import goondan, pid_alive, wait_for, write_bundle
 
 
@@ -45,8 +47,8 @@ def test_conversation_continues_across_sends(start_daemon, state_root):
     daemon = start_daemon()
     daemon.send("What is 1 plus 1?")
     daemon.send("What is 2 plus 2?")
-    base = state_root / "swarms/default/instances/cli/assistant/base.jsonl"
-    wait_for(lambda: base.exists() and base.read_text().count('"role":"user"') == 2)
+    convo = state_root / "swarms/default/instances/cli/assistant"
+    wait_for(lambda: sum(m.role == "user" for m in read_messages(convo)) == 2)
 
 
 def test_send_without_a_daemon_says_so(state_root):
@@ -177,7 +179,7 @@ def test_state_root_and_sockets_are_private(start_daemon, state_root):
     run_dir = state_root / "run"
     assert stat.S_IMODE(state_root.stat().st_mode) == 0o700
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
-    convo = state_root / "swarms/default/instances/cli/assistant/base.jsonl"
+    convo = state_root / "swarms/default/instances/cli/assistant/events.jsonl"
     assert stat.S_IMODE(convo.stat().st_mode) & 0o077 == 0
     for name in ("agents.sock", "control.sock", "journal.jsonl", "orchestrator.lock"):
         mode = stat.S_IMODE((run_dir / name).stat().st_mode)
@@ -206,3 +208,22 @@ def test_requests_during_a_restart_wait_for_the_new_process(start_daemon):
     assert restart.returncode == 0, err
     assert out.strip() == "restarted researcher"
     assert daemon.process("researcher")["pid"] != old
+
+
+def _base_contents(state_root):
+    base = state_root / "swarms/default/instances/cli/assistant/base.jsonl"
+    return base.read_text() if base.exists() else ""
+
+
+def test_fsync_durability_folds_every_turn(start_daemon, state_root):
+    daemon = start_daemon(QUICKSTART_PATH, "--durability", "fsync")
+    assert daemon.send("What is 1 plus 1?").returncode == 0
+    assert "What is 1 plus 1?" in _base_contents(state_root)  # at once, not later
+
+
+def test_quiet_conversations_are_folded_soon(start_daemon, state_root):
+    daemon = start_daemon()
+    assert daemon.send("What is 3 plus 3?").returncode == 0
+    wait_for(lambda: "What is 3 plus 3?" in _base_contents(state_root), timeout=15)
+    events = state_root / "swarms/default/instances/cli/assistant/events.jsonl"
+    assert events.read_bytes() == b""

@@ -4,6 +4,7 @@ import os
 import signal
 import time
 
+from agentproc.conversation import read_messages
 from tests.e2e.conftest import QUICKSTART, pid_alive, wait_for, write_bundle
 
 BLOCKING_BUNDLE = """\
@@ -89,7 +90,6 @@ def test_a_request_that_hangs_its_agent_twice_fails_instead_of_hanging(start_dae
 def test_input_accepted_before_an_orchestrator_kill_is_answered_after_restart(
     start_daemon, tmp_path, state_root
 ):
-    import json
     import subprocess
 
     from tests.e2e.conftest import GOONDAN
@@ -117,11 +117,11 @@ def test_input_accepted_before_an_orchestrator_kill_is_answered_after_restart(
     # A new orchestrator on the same state root takes over and answers the journaled input.
     (workdir / "delay").write_text("0")
     restarted = start_daemon(bundle)
-    convo = state_root / "swarms/default/instances/cli/sleeper/base.jsonl"
+    convo = state_root / "swarms/default/instances/cli/sleeper"
 
     def answered() -> bool:
-        lines = convo.read_text().splitlines() if convo.exists() else []
-        return bool(lines) and json.loads(lines[-1]).get("content") == "attempt E_TOOL_INTERRUPTED"
+        messages = read_messages(convo)
+        return bool(messages) and messages[-1].content == "attempt E_TOOL_INTERRUPTED"
 
     wait_for(answered, timeout=15)
     assert "delivering unanswered inputs from the journal" in restarted.logs()
