@@ -58,6 +58,7 @@ class Conversation:
         self._fsync_events = fsync_events
         self._events_fd: int | None = None
         self.messages: list[Message] = []
+        self._requests: dict[str, int] | None = None  # requestId -> index of its user message
         self._dirty = False
         self.events_bytes = 0  # appended to events.jsonl since the last fold
 
@@ -68,6 +69,7 @@ class Conversation:
     def load(self) -> list[Message]:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.messages = [_message_decoder.decode(line) for line in _lines(self.base_path)]
+        self._requests = None
         replayed = False
         for line in _lines(self.events_path):
             try:
@@ -82,17 +84,35 @@ class Conversation:
             self.fold()
         return self.messages
 
+    def request_position(self, request_id: str) -> int | None:
+        """Index of the user message that started request `request_id`, if any (a replay).
+        Kept up to date on appends; rebuilt after the rarer edits."""
+        if self._requests is None:
+            self._requests = {}
+            for index, message in enumerate(self.messages):
+                self._index_request(index, message)
+        return self._requests.get(request_id)
+
+    def _index_request(self, index: int, message: Message) -> None:
+        if self._requests is not None and message.role == "user" and message.metadata:
+            request_id = message.metadata.get("requestId")
+            if isinstance(request_id, str) and request_id:
+                self._requests[request_id] = index
+
     def append(self, message: Message) -> None:
         self.messages.append(message)
+        self._index_request(len(self.messages) - 1, message)
         self._write_event(Append(message))
 
     def truncate(self) -> None:
         self.messages.clear()
+        self._requests = None
         self._write_event(Truncate())
 
     def replace(self, target_id: str, message: Message) -> bool:
         """Put `message` where the message `target_id` is; False when there is none."""
         event = Replace(target_id, message)
+        self._requests = None
         if not _apply(self.messages, event):
             return False
         self._write_event(event)
@@ -101,6 +121,7 @@ class Conversation:
     def remove(self, target_id: str) -> bool:
         """Drop the message `target_id`; False when there is none."""
         event = Remove(target_id)
+        self._requests = None
         if not _apply(self.messages, event):
             return False
         self._write_event(event)

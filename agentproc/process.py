@@ -143,7 +143,7 @@ class AgentProcess:
     async def _run_job(self, key: str, job: Job) -> None:
         instance = self._instance(key)
         conversation = instance.conversation
-        replay = find_request(conversation.messages, job.request_id)
+        replay = find_request(conversation, job.request_id)
         if replay is not None and replay.answer is not None:
             # Answered before the crash or restart, but the answer never arrived: resend it.
             self.log.info("replayed request already answered", requestId=job.request_id)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
-from datetime import UTC, datetime
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,27 +38,46 @@ def new_span_id() -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    """UTC with microseconds, e.g. `2026-11-23T05:29:34.123456Z` (sortable as text)."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
 
 
 _encoder = msgspec.json.Encoder()
 event_decoder = msgspec.json.Decoder(RuntimeEvent)
 
 
+# The events that end something (or start a tool, which may crash the process) are written at
+# once, together with what was held back; the others wait for them: fewer writes per turn.
+_WRITE_NOW = frozenset(
+    {"tool.called", "step.completed", "step.failed", "turn.completed", "turn.failed"}
+)
+
+
 class RuntimeEventLog:
-    """Appends events for one instance of one agent; each event is one write() to the OS."""
+    """Appends events for one instance of one agent to its JSONL file."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / EVENTS_FILE
         self._fd: int | None = None
+        self._held: list[bytes] = []
 
     def emit(self, event: RuntimeEvent) -> None:
+        self._held.append(_encoder.encode(event) + b"\n")
+        if event.type in _WRITE_NOW:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._held:
+            return
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(self._fd, _encoder.encode(event) + b"\n")
+        data, self._held = b"".join(self._held), []
+        os.write(self._fd, data)
 
     def close(self) -> None:
+        self.flush()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -15,6 +15,7 @@ written to the conversation's event log before the loop moves on; runtime events
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ import structlog
 
 from agentproc.budgets import TurnBudget, UsageMeter
 from agentproc.catalog import CatalogBuilder, ToolPolicy
+from agentproc.conversation import Conversation
 from agentproc.extension_state import current_state
 from agentproc.extensions import EventBus
 from agentproc.instance import Instance
@@ -103,20 +105,17 @@ class Replay(msgspec.Struct, frozen=True):
     answer: str | None
 
 
-def find_request(messages: list[Message], request_id: str) -> Replay | None:
+def find_request(conversation: Conversation, request_id: str) -> Replay | None:
     """Whether this conversation already holds the turn of `request_id` (a redelivery)."""
-    if not request_id:
+    index = conversation.request_position(request_id) if request_id else None
+    if index is None:
         return None
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.role == "user" and message.metadata.get("requestId") == request_id:
-            rest = messages[index + 1 :]
-            turn = rest[: next((i for i, m in enumerate(rest) if m.role == "user"), len(rest))]
-            last = turn[-1] if turn else None
-            if last is not None and last.role == "assistant" and not last.tool_calls:
-                return Replay(last.content or "")
-            return Replay(None)
-    return None
+    rest = conversation.messages[index + 1 :]
+    turn = rest[: next((i for i, m in enumerate(rest) if m.role == "user"), len(rest))]
+    last = turn[-1] if turn else None
+    if last is not None and last.role == "assistant" and not last.tool_calls:
+        return Replay(last.content or "")
+    return Replay(None)
 
 
 class TurnOutcome(msgspec.Struct, frozen=True):
@@ -218,12 +217,7 @@ class TurnRun:
             turn_id=self.turn_id,
             parent_span_id=turn_input.parent_span_id,
         )
-        self.log = structlog.get_logger().bind(
-            agent=agent.name,
-            instanceKey=turn_input.instance_key,
-            traceId=turn_input.trace_id,
-            turnId=self.turn_id,
-        )
+
         self.meter = UsageMeter(agent.pricing)
         self.budget = TurnBudget(agent.budget)
         self.guard = LoopGuard(agent.loop_detection)
@@ -238,6 +232,17 @@ class TurnRun:
         system = agent.system_prompt
         self.prefix = [Message(id="system", role="system", content=system)] if system else []
         self._seq = 0
+
+    @functools.cached_property
+    def log(self) -> structlog.typing.FilteringBoundLogger:
+        """Bound only when a turn has something to say (binding costs more than most turns)."""
+        logger: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(
+            agent=self.agent.name,
+            instanceKey=self.input.instance_key,
+            traceId=self.input.trace_id,
+            turnId=self.turn_id,
+        )
+        return logger
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -397,7 +402,9 @@ class TurnRun:
             data["errorCode"] = result.error.code
             data["errorMessage"] = result.error.message
         self.tracer.turn(event, data)
-        self.log.info(
+        # Debug level: every turn is in the runtime events already (`goondan logs`), and a
+        # log line per turn would cost more than the rest of a short turn.
+        self.log.debug(
             "turn finished", finishReason=result.finish_reason, steps=result.steps, ms=duration
         )
 

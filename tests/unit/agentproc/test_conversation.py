@@ -54,3 +54,22 @@ def test_unanswered_tool_calls_get_an_interrupted_result(tmp_path):
     assert json.loads(loaded[2].content)["error"]["code"] == "E_TOOL_INTERRUPTED"
     # the repair is on disk
     assert len(Conversation(tmp_path).load()) == 4
+
+
+def test_request_positions_follow_appends_and_edits(tmp_path):
+    convo = Conversation(tmp_path)
+    convo.load()
+    convo.append(Message(id="1", role="user", content="a", metadata={"requestId": "r1"}))
+    convo.append(Message(id="2", role="assistant", content="done"))
+    assert convo.request_position("r1") == 0
+    convo.append(Message(id="3", role="user", content="b", metadata={"requestId": "r2"}))
+    assert convo.request_position("r2") == 2  # indexed as it was appended
+    assert convo.remove("1")
+    assert convo.request_position("r2") == 1 and convo.request_position("r1") is None
+    convo.truncate()
+    assert convo.request_position("r2") is None
+    # a fresh process finds requests of the stored conversation
+    convo.append(Message(id="4", role="user", content="c", metadata={"requestId": "r3"}))
+    reloaded = Conversation(tmp_path)
+    reloaded.load()
+    assert reloaded.request_position("r3") == 0
