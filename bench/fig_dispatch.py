@@ -1,10 +1,11 @@
 """Figure 6: in-process tool dispatch overhead.
 
-Product: `agentproc.tool_executor.execute_tool_call` (catalog check, JSON argument parsing,
-schema validation, handler call, JSON check of the output, `ToolResult`) on a trivial async
-handler, loaded the product's way: a generated bundle with one Tool resource, through
-`load_bundle` and `ToolRegistry.from_resources`. The context factory returns a prebuilt
-`ToolContext`. Baseline: `await handler(ctx, args)` on the same handler with a parsed dict.
+Product: the path a tool call takes in the agent loop — a `toolCall` middleware context through
+3 pass-through middleware layers (composed once, as the loop does) into `ToolExecutor.invoke`
+(catalog check, schema validation, handler call, JSON check of the output, `ToolResult`) — on a
+trivial async handler loaded the product's way: a generated bundle with one Tool resource,
+through `load_bundle` and `ToolRegistry.from_resources`. Baseline: `await handler(ctx, args)`
+on the same handler with a parsed dict.
 Both run on uvloop in this process, alternating in repetitions; the figure is the median
 repetition's time per call.
 """
@@ -99,25 +100,51 @@ def _setup(directory: Path) -> tuple[Any, Any, Any, Any]:
 
 
 async def _measure(registry: Any, call: Any, ctx: Any, handler: Any, n: int, reps: int) -> Any:
-    from agentproc.tool_executor import execute_tool_call
+    from agentproc.middleware import Pipeline
+    from agentproc.tool_executor import ToolExecutor
+    from goondan import ToolCallMiddlewareContext
 
+    executor = ToolExecutor(registry)
     catalog = frozenset(registry.names())
+    pipeline = Pipeline()
+    for _ in range(3):
 
-    def make_context(_call: Any) -> Any:
-        return ctx
+        async def layer(mw_ctx: Any) -> Any:
+            return await mw_ctx.next()
 
-    first = await execute_tool_call(registry, catalog, call, make_context)
+        pipeline.register("toolCall", layer)
+
+    async def core(mw_call: Any) -> Any:
+        return await executor.invoke(mw_call.tool_name, mw_call.args, lambda: ctx, catalog=catalog)
+
+    layers = pipeline.chain("toolCall", core)
+
+    async def dispatch() -> Any:
+        mw_call = ToolCallMiddlewareContext(
+            layers,
+            agent_name="a",
+            instance_key="bench",
+            turn_id="t1",
+            trace_id="0" * 32,
+            step_index=0,
+            tool_name=call.name,
+            tool_call_id=call.id,
+            args={"n": 1},
+        )
+        return await mw_call._start()
+
+    first = await dispatch()
     if first.status != "ok":
         raise RuntimeError(f"the tool call failed: {first}")
     args = {"n": 1}
     for _ in range(1000):  # warm up both paths
-        await execute_tool_call(registry, catalog, call, make_context)
+        await dispatch()
         await handler(ctx, args)
     product, direct = [], []
     for _ in range(reps):
         started = time.perf_counter()
         for _ in range(n):
-            await execute_tool_call(registry, catalog, call, make_context)
+            await dispatch()
         product.append((time.perf_counter() - started) / n * 1e6)
         started = time.perf_counter()
         for _ in range(n):
@@ -137,7 +164,7 @@ def run(quick: bool) -> list[Row]:
     p, d = statistics.median(product), statistics.median(direct)
     return [
         Row(
-            "6 tool dispatch, per call",
+            "6 tool dispatch (3 middleware layers), per call",
             "us",
             p,
             d,
