@@ -15,7 +15,7 @@ from agentproc.instance import Instance
 from agentproc.instances import InstanceQueues
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
-from agentproc.turn import AgentDefinition, TurnInput, find_request, run_turn
+from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import StatePaths
 from ipc import messages as wire
 from ipc.channel import Channel
@@ -174,6 +174,7 @@ class AgentProcess:
                 runtime,
                 self.paths.workdir(self.swarm, key),
                 resume=replay is not None,
+                updates=self._updates_for(job),
             )
             restart_reason = outcome.restart_reason
             if outcome.error_code is None:
@@ -195,6 +196,25 @@ class AgentProcess:
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
+
+    def _updates_for(self, job: Job) -> UpdateSink | None:
+        """Streamed text and tool progress go to the requester, under the request's id."""
+        if job.correlation_id is None:
+            return None
+
+        def send(kind: str, text: str | None, data: dict[str, Any]) -> None:
+            update = wire.TurnUpdate("text" if kind == "text" else "progress", text, data)
+            frame = wire.encode(
+                wire.TURN_UPDATE,
+                self.name,
+                job.reply_to,
+                update,
+                correlation_id=job.correlation_id,
+                trace_id=job.trace_id,
+            )
+            self._send(frame)
+
+        return send
 
     def _reply(self, job: Job, result: wire.DelegateResult) -> None:
         if job.correlation_id is None:

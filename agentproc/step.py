@@ -68,7 +68,8 @@ async def run_step(ctx: StepCtx) -> StepResult:
             dict(run.agent.params),
         )
         try:
-            reply = await run.agent.provider.complete(request)
+            on_text = run.on_text if run.updates is not None else None
+            reply = await run.agent.provider.complete(request, on_text=on_text)
         except ModelError as exc:
             run.log.warning("model call failed", code=exc.code, error=str(exc), step=ctx.step_index)
             error = ErrorDetail(exc.code, str(exc))

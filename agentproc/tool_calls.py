@@ -227,6 +227,8 @@ async def _call_core(ctx: CallCtx) -> ToolResult:
         data: dict[str, Any] = {"toolCallId": ctx.tool_call_id, "toolName": ctx.tool_name}
         data.update(msgspec.to_builtins(update))
         run.tracer.emit("tool.progress", ctx.span, ctx.step_span, data)
+        if run.updates is not None:
+            run.updates("progress", None, data)
 
     def on_update(update: ToolProgress) -> None:
         try:

@@ -18,9 +18,10 @@ import asyncio
 import functools
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import msgspec
 import structlog
@@ -89,6 +90,10 @@ class AgentDefinition:
             self.registry.register(poll_entry())
 
 
+# (kind, text, data): "text" chunks of a streaming model, "progress" of a tool.
+UpdateSink: TypeAlias = Callable[[str, str | None, dict[str, Any]], None]
+
+
 class TurnInput(msgspec.Struct, frozen=True):
     input: str
     instance_key: str
@@ -136,11 +141,12 @@ async def run_turn(
     workdir: Path,
     *,
     resume: bool = False,
+    updates: UpdateSink | None = None,
 ) -> TurnOutcome:
     """Run one turn. With `resume`, the input is already in the conversation (a redelivered
     request whose turn was cut short): continue from where it stopped. Messages that arrived
     in the instance's inbox join the conversation before each step."""
-    run = TurnRun(agent, instance, turn_input, runtime, workdir)
+    run = TurnRun(agent, instance, turn_input, runtime, workdir, updates)
     tokens = (
         current_state.set(instance.state),
         current_jobs.set(instance.jobs),
@@ -200,8 +206,10 @@ class TurnRun:
         turn_input: TurnInput,
         runtime: AgentRuntime,
         workdir: Path,
+        updates: UpdateSink | None = None,
     ) -> None:
         self.agent = agent
+        self.updates = updates  # streamed text and tool progress, for whoever waits
         self.instance = instance
         self.conversation = instance.conversation
         self.input = turn_input
@@ -243,6 +251,11 @@ class TurnRun:
             turnId=self.turn_id,
         )
         return logger
+
+    def on_text(self, text: str) -> None:
+        """A streamed chunk of the model's text (streaming models only)."""
+        if self.updates is not None:
+            self.updates("text", text, {})
 
     # -- messages ------------------------------------------------------------------------------
 

@@ -169,8 +169,10 @@ def stringify_properties(
             out[str(key)] = stringify_property(value)
         except TypeError:
             if not drop_invalid:
-                raise TypeError(f"property '{key}': must be a string, number or boolean, "
-                                f"got {type(value).__name__}") from None
+                raise TypeError(
+                    f"property '{key}': must be a string, number or boolean, "
+                    f"got {type(value).__name__}"
+                ) from None
     return out
 
 
@@ -224,8 +226,10 @@ def build_event(
     if not isinstance(name, str) or not name:
         raise ValueError("an event needs a non-empty name")
     if not isinstance(instance_key, str) or not instance_key:
-        raise ValueError(f"event '{name}' needs a non-empty instance_key (the conversation "
-                         "it belongs to, e.g. 'telegram:<chat id>')")
+        raise ValueError(
+            f"event '{name}' needs a non-empty instance_key (the conversation "
+            "it belongs to, e.g. 'telegram:<chat id>')"
+        )
     return wire.ConnectorEvent(
         name=name,
         message=make_message(text, message),
@@ -506,9 +510,7 @@ class ConnectionSetup:
     module_name: str
 
 
-def load_connection(
-    bundle_path: str | Path, name: str, env: Mapping[str, str]
-) -> ConnectionSetup:
+def load_connection(bundle_path: str | Path, name: str, env: Mapping[str, str]) -> ConnectionSetup:
     """Find Connection `name` and its Connector, and resolve its config and secrets from `env`.
     Raises `ConnectorConfigError` with a message a user can act on (never a secret's value)."""
     from goondan.bundle import BundleInvalid, load_bundle, resolve_value

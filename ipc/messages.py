@@ -24,6 +24,7 @@ HEARTBEAT: Final = "heartbeat"
 RESTART_REQUEST: Final = "restart_request"  # an agent asks for a swarm restart (self-restart)
 CONNECTOR_EVENT: Final = "connector_event"  # a connector process -> orchestrator
 EVENT_ACK: Final = "event_ack"  # orchestrator -> connector: journaled (or refused), same id
+TURN_UPDATE: Final = "turn_update"  # agent -> requester, while a turn runs (same correlationId)
 CONTROL: Final = "control"  # CLI -> orchestrator command
 CONTROL_REPLY: Final = "control_reply"
 
@@ -128,6 +129,15 @@ class EventAck(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     agent: str | None = None
     instance_key: str | None = None
     error: ErrorInfo | None = None
+
+
+class TurnUpdate(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Something a running turn shows its requester before the answer: streamed model text
+    (`text`), or a tool's `ctx.update(...)` (`progress`, with toolName/message/progress)."""
+
+    kind: Literal["text", "progress"]
+    text: str | None = None
+    data: dict[str, Any] = {}
 
 
 class RestartRequest(msgspec.Struct, frozen=True):

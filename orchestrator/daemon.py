@@ -418,6 +418,8 @@ class Daemon:
         elif kind == wire.START_ERROR:
             error = wire.decode_payload(env, wire.ErrorInfo)
             self.supervisor.mark_start_error(name, error.message)
+        elif kind == wire.TURN_UPDATE:
+            self._forward_update(env)
         elif kind == wire.CONNECTOR_EVENT:
             self.connections.on_event(name, identity, env)
         elif kind == wire.CONTROL:
@@ -463,6 +465,18 @@ class Daemon:
             return wire.ControlReply(True, {"count": len(agents), "agents": agents})
         error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown agent command '{command.command}'")
         return wire.ControlReply(False, error=error)
+
+    def _forward_update(self, env: wire.Envelope) -> None:
+        """Streamed text / tool progress of a turn, to a CLI client waiting on it."""
+        pending = self.router.pending.get(env.correlation_id or "")
+        if pending is None or pending.requester.channel != "control":
+            return  # only a terminal shows these; agents and connectors get the answer
+        requester = pending.requester
+        forwarded = msgspec.structs.replace(env, correlation_id=requester.correlation_id)
+        try:
+            self.control.send([requester.identity, wire.encode_envelope(forwarded)])
+        except zmq.ZMQError:
+            pass  # the client left; its answer will be dropped the same way
 
     def _send_to_peer(self, identity: bytes, frame: bytes) -> None:
         try:

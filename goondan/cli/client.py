@@ -6,6 +6,7 @@ import fcntl
 import os
 import secrets
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -61,8 +62,14 @@ class ControlClient:
         self._sock.close(linger=0)
         self._ctx.term()
 
-    def call(self, frame: bytes, timeout_s: float) -> wire.Envelope:
-        """Send one message and wait for its answer, noticing if the daemon dies meanwhile."""
+    def call(
+        self,
+        frame: bytes,
+        timeout_s: float,
+        on_update: Callable[[wire.TurnUpdate], None] | None = None,
+    ) -> wire.Envelope:
+        """Send one message and wait for its answer, noticing if the daemon dies meanwhile.
+        `turn_update`s that come first go to `on_update`."""
         self._sock.send(frame)
         deadline = time.monotonic() + timeout_s
         while True:
@@ -70,7 +77,12 @@ class ControlClient:
             if remaining <= 0:
                 raise TimeoutError(f"no answer from the orchestrator within {timeout_s:g}s")
             if self._sock.poll(int(min(remaining, 0.5) * 1000)):
-                return wire.decode(self._sock.recv())
+                env = wire.decode(self._sock.recv())
+                if env.type != wire.TURN_UPDATE:
+                    return env
+                if on_update is not None:
+                    on_update(wire.decode_payload(env, wire.TurnUpdate))
+                continue
             if not daemon_running(self.paths):
                 raise NotRunning("the orchestrator stopped before answering")
 
@@ -82,7 +94,13 @@ class ControlClient:
         return wire.decode_payload(self.call(frame, timeout_s), wire.ControlReply)
 
     def send(
-        self, text: str, *, agent: str | None, instance_key: str, timeout_s: float
+        self,
+        text: str,
+        *,
+        agent: str | None,
+        instance_key: str,
+        timeout_s: float,
+        on_update: Callable[[wire.TurnUpdate], None] | None = None,
     ) -> wire.DelegateResult:
         payload = wire.Delegate(
             input=text,
@@ -100,4 +118,5 @@ class ControlClient:
         )
         # Our own deadline is a little later than the request's, so the daemon's
         # AGENT_REQUEST_TIMEOUT answer arrives first.
-        return wire.decode_payload(self.call(frame, timeout_s + 2), wire.DelegateResult)
+        answer = self.call(frame, timeout_s + 2, on_update)
+        return wire.decode_payload(answer, wire.DelegateResult)

@@ -12,6 +12,7 @@ import msgspec
 
 from goondan.cli.client import ControlClient, NotRunning, daemon_running
 from goondan.paths import StatePaths
+from ipc import messages as wire
 
 EXIT_FAILED = 1
 EXIT_NOT_RUNNING = 2
@@ -37,11 +38,23 @@ def dispatch(args: argparse.Namespace) -> int:
 
 
 def _send(client: ControlClient, args: argparse.Namespace) -> int:
+    show = (
+        _LiveView()
+        if args.stream == "on" or (args.stream == "auto" and sys.stdout.isatty())
+        else None
+    )
     result = client.send(
-        args.text, agent=args.agent, instance_key=args.instance, timeout_s=args.timeout
+        args.text,
+        agent=args.agent,
+        instance_key=args.instance,
+        timeout_s=args.timeout,
+        on_update=show.update if show else None,
     )
     if result.status == "ok":
-        print(result.response or "")
+        if show is not None and show.streamed:
+            print()  # the text is on screen already
+        else:
+            print(result.response or "")
         return 0
     error = result.error
     print(
@@ -49,6 +62,25 @@ def _send(client: ControlClient, args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_FAILED
+
+
+class _LiveView:
+    """A turn as it happens: streamed text on stdout, tool progress on stderr."""
+
+    def __init__(self) -> None:
+        self.streamed = False
+
+    def update(self, update: wire.TurnUpdate) -> None:
+        if update.kind == "text" and update.text:
+            self.streamed = True
+            sys.stdout.write(update.text)
+            sys.stdout.flush()
+        elif update.kind == "progress":
+            data = update.data
+            share = data.get("progress")
+            percent = f" {share * 100:.0f}%" if isinstance(share, int | float) else ""
+            message = data.get("message") or ""
+            print(f"  [{data.get('toolName', 'tool')}{percent}] {message}", file=sys.stderr)
 
 
 def _status(client: ControlClient, args: argparse.Namespace) -> int:

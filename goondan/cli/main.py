@@ -103,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--instance", default="cli", help="conversation (instanceKey) to use (default: cli)"
     )
     p.add_argument(
+        "--stream",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="show the reply as a streaming model writes it, and tool progress "
+        "(auto: when stdout is a terminal)",
+    )
+    p.add_argument(
         "--timeout", type=float, default=600.0, help="seconds to wait for the reply (default: 600)"
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)

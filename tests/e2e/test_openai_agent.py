@@ -111,3 +111,36 @@ def test_missing_api_key_names_what_to_set(start_daemon, tmp_path):
     assert proc.returncode == 1
     assert "E_AGENT_START" in proc.stderr and "Model/gpt" in proc.stderr
     assert "apiKey" in proc.stderr
+
+
+STREAMING = BUNDLE.replace(
+    "  options: {maxRetries: 0}\n",
+    "  options: {maxRetries: 0}\n  capabilities: {streaming: true}\n",
+)
+PROGRESS_TOOL = """\
+import time
+
+def add(ctx, args):
+    ctx.update("adding", progress=0.5)
+    return {"sum": args["a"] + args["b"]}
+
+handlers = {"add": add}
+"""
+
+
+def test_send_streams_the_reply_and_tool_progress(start_daemon, tmp_path, server):
+    bundle = write_bundle(
+        tmp_path / "b", STREAMING % {"endpoint": server.base_url}, {"calc.py": PROGRESS_TOOL}
+    )
+    server.queue_reply(tool_calls=[{"name": "calc__add", "arguments": {"a": 2, "b": 3}}])
+    server.queue_reply(chunks=["2 + 3 ", "= ", "5"])
+    daemon = start_daemon(bundle, env={"FAKE_OPENAI_KEY": "sk-test"})
+    proc = daemon.send("add 2 and 3", "--stream", "on")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "2 + 3 = 5\n"  # streamed, then a newline: not printed twice
+    assert "[calc__add 50%] adding" in proc.stderr
+    assert all(body.get("stream") is True for body in server.requests)
+    # without a terminal (and no --stream), only the final answer is printed
+    server.queue_reply(chunks=["plain ", "answer"])
+    quiet = daemon.send("again")
+    assert quiet.stdout == "plain answer\n" and quiet.stderr == ""
