@@ -20,6 +20,8 @@ _OPEN = ToolPolicySpec()
 
 
 class ToolPolicy:
+    """Allow / deny by full tool name or glob; deny wins."""
+
     def __init__(self, spec: ToolPolicySpec = _OPEN) -> None:
         self.allow = spec.allow
         self.deny = spec.deny
@@ -52,6 +54,11 @@ class ToolPolicy:
             )
         )
 
+    def narrowed(self, other: ToolPolicySpec) -> ToolPolicy:
+        """This policy and `other` together (a Connection's policy for the turns it starts):
+        a tool must pass both; `other` cannot widen registry calls."""
+        return _BothPolicies(self, ToolPolicy(other))
+
     def unmatched(self, names: Iterable[str]) -> list[str]:
         """Patterns that match none of `names` (typos, removed tools): warned at start."""
         known = list(names)
@@ -79,3 +86,17 @@ class CatalogBuilder:
                     items.append(entry.catalog_item())
             self._cached = (key, tuple(items))
         return list(self._cached[1])
+
+
+class _BothPolicies(ToolPolicy):
+    def __init__(self, first: ToolPolicy, second: ToolPolicy) -> None:
+        super().__init__()
+        self.allow_registry_calls = first.allow_registry_calls
+        self._first, self._second = first, second
+
+    @property
+    def is_open(self) -> bool:
+        return self._first.is_open and self._second.is_open
+
+    def permits(self, name: str) -> bool:
+        return self._first.permits(name) and self._second.permits(name)

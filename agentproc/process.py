@@ -39,6 +39,7 @@ class Job(msgspec.Struct, frozen=True):
     correlation_id: str | None = None
     reply_to: str = ""
     parent_span_id: str | None = None  # the requester's span (its tool call), for traces
+    metadata: dict[str, Any] = {}  # from the request (event name, properties, toolPolicy)
 
 
 class AgentProcess:
@@ -112,6 +113,7 @@ class AgentProcess:
                 env.correlation_id,
                 env.from_,
                 env.span_id,
+                d.metadata,
             )
         else:
             e = wire.decode_payload(env, wire.Event)
@@ -164,6 +166,7 @@ class AgentProcess:
             f"{job.source.kind}:{job.source.name}",
             job.request_id,
             parent_span_id=job.parent_span_id,
+            metadata=job.metadata,
         )
         restart_reason: str | None = None
         try:

@@ -176,7 +176,7 @@ def _visible(run: TurnRun, items: list[Any]) -> list[ToolCatalogItem]:
     """The catalog step middleware left, as catalog items, minus what the policy forbids."""
     out: list[ToolCatalogItem] = []
     seen: set[str] = set()
-    policy = run.agent.policy
+    policy = run.policy
     for item in items:
         if not isinstance(item, ToolCatalogItem):
             item = msgspec.convert(item, ToolCatalogItem)  # a dict a middleware added

@@ -257,7 +257,7 @@ async def _call_core(ctx: CallCtx) -> ToolResult:
     def submit(pending: Pending, entry: ToolEntry) -> ToolResult:
         return run.instance.jobs.submit(pending, entry, ctx.tool_call_id, run.tracer, ctx.span)
 
-    policy = agent.policy
+    policy = run.policy
     try:
         return await agent.executor.invoke(
             ctx.tool_name,

@@ -41,7 +41,7 @@ from agentproc.step import run_step
 from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
 from agentproc.tool_registry import ToolRegistry
 from agentproc.tracing import TurnTracer, current_span
-from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing
+from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing, ToolPolicySpec
 from goondan.extensions import (
     AppendMessage,
     ErrorDetail,
@@ -88,6 +88,14 @@ class AgentDefinition:
         self.catalog = CatalogBuilder(self.registry, self.policy)
         if self.registry.get(POLL_TOOL) is None:
             self.registry.register(poll_entry())
+
+
+def _turn_policy(agent_policy: ToolPolicy, connection_policy: Any) -> ToolPolicy:
+    """The agent's tool policy, narrowed by the Connection's when the turn came through one."""
+    if not isinstance(connection_policy, dict):
+        return agent_policy
+    spec = msgspec.convert(connection_policy, ToolPolicySpec)
+    return agent_policy.narrowed(spec)
 
 
 # (kind, text, data): "text" chunks of a streaming model, "progress" of a tool.
@@ -210,6 +218,7 @@ class TurnRun:
     ) -> None:
         self.agent = agent
         self.updates = updates  # streamed text and tool progress, for whoever waits
+        self.policy = _turn_policy(agent.policy, turn_input.metadata.get("toolPolicy"))
         self.instance = instance
         self.conversation = instance.conversation
         self.input = turn_input

@@ -96,7 +96,7 @@ class Connections:
             instance_key=route.instance_key,
             source=wire.Source("connector", connection.name),
             timeout_ms=None,
-            metadata={"event": event.name, "properties": event.properties},
+            metadata=_metadata(connection.spec, event),
         )
         delegate = wire.Envelope(
             wire.DELEGATE,
@@ -128,6 +128,16 @@ class Connections:
             wire.EVENT_ACK, wire.ORCHESTRATOR, identity.decode(), ack, correlation_id=cid
         )
         self._send(identity, frame)
+
+
+def _metadata(spec: ConnectionSpec, event: wire.ConnectorEvent) -> dict[str, object]:
+    """What the agent learns about the event: its name and properties, and the Connection's
+    tool policy (which narrows the agent's own for this turn)."""
+    metadata: dict[str, object] = {"event": event.name, "properties": event.properties}
+    if spec.tool_policy is not None:
+        policy = spec.tool_policy
+        metadata["toolPolicy"] = {"allow": policy.allow, "deny": list(policy.deny)}
+    return metadata
 
 
 def _error(code: str, what: str) -> wire.ErrorInfo:

@@ -225,6 +225,7 @@ class ConnectionSpec(msgspec.Struct, frozen=True):
     config: dict[str, ValueSource] = {}
     secrets: dict[str, ValueSource] = {}
     ingress_rules: tuple[IngressRule, ...] = ()
+    tool_policy: ToolPolicySpec | None = None  # narrows the agents' policy for its turns
 
 
 Spec = (

@@ -7,6 +7,7 @@ from typing import Any
 
 from goondan.bundle.fields import Checker
 from goondan.bundle.files import check_text_file
+from goondan.bundle.located import YPath
 from goondan.bundle.model import (
     AgentModelConfig,
     AgentPrompt,
@@ -179,7 +180,7 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
                 )
             elif tool is not None:
                 required.append(tool)
-    tool_policy = _tool_policy(chk, data.get("toolPolicy"))
+    tool_policy = parse_tool_policy(chk, data.get("toolPolicy"), SPEC)
     if not chk.clean_since(mark) or model_config is None:
         return None
     return AgentSpec(
@@ -192,11 +193,12 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
     )
 
 
-def _tool_policy(chk: Checker, value: Any) -> ToolPolicySpec:
-    """`toolPolicy: {allow: [...], deny: [...], allowRegistryCalls: false}` (names or globs)."""
+def parse_tool_policy(chk: Checker, value: Any, spec_path: YPath) -> ToolPolicySpec:
+    """`toolPolicy: {allow: [...], deny: [...], allowRegistryCalls: false}` (names or globs);
+    on an Agent, and on a Connection (for the turns it starts)."""
     if value is None:
         return ToolPolicySpec()
-    path = (*SPEC, "toolPolicy")
+    path = (*spec_path, "toolPolicy")
     data = chk.mapping(path, value, ("allow", "deny", "allowRegistryCalls")) or {}
     lists: dict[str, tuple[str, ...]] = {}
     for key in ("allow", "deny"):

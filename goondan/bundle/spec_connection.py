@@ -13,13 +13,13 @@ from goondan.bundle.model import (
     ValueSource,
 )
 from goondan.bundle.refs import type_name
-from goondan.bundle.spec_agents import SPEC
+from goondan.bundle.spec_agents import SPEC, parse_tool_policy
 
 YPathT = tuple[str | int, ...]
 
 
 def parse_connection(chk: Checker, spec: Any, name: str | None) -> ConnectionSpec | None:
-    allowed = ("connectorRef", "swarmRef", "config", "secrets", "ingress")
+    allowed = ("connectorRef", "swarmRef", "config", "secrets", "ingress", "toolPolicy")
     data = chk.mapping(SPEC, spec, allowed, ("connectorRef",))
     if data is None:
         return None
@@ -49,6 +49,11 @@ def parse_connection(chk: Checker, spec: Any, name: str | None) -> ConnectionSpe
         config=config,
         secrets=secrets,
         ingress_rules=tuple(rules),
+        tool_policy=(
+            parse_tool_policy(chk, data["toolPolicy"], SPEC)
+            if data.get("toolPolicy") is not None
+            else None
+        ),
     )
 
 

@@ -174,3 +174,27 @@ def test_cli_connector_reads_the_daemons_stdin(tmp_path, state_root):
         assert daemon.wait(20) == 0, (state_root / "stderr").read_text()
         daemon.stdout.close()
         stderr.close()
+
+
+def test_a_connection_tool_policy_applies_to_its_turns(start_daemon, tmp_path, state_root):
+    bundle = tmp_path / "webhook"
+    shutil.copytree(REPO / "configs" / "webhook", bundle)
+    port = free_port()
+    main = bundle / "goondan.yaml"
+    text = main.read_text().replace('PORT: {value: "8080"}', f'PORT: {{value: "{port}"}}')
+    text = text.replace("  ingress:\n", '  toolPolicy: {deny: ["calc__*"]}\n  ingress:\n')
+    main.write_text(text)
+    daemon = start_daemon(bundle, env={"WEBHOOK_SECRET": SECRET})
+    wait_for(lambda: daemon.process("http-in")["status"] == "idle", timeout=20)
+    status, body = post(port, {"text": "What is 1 plus 2?", "wait": True})
+    assert status == 200
+    tool_results = [
+        json.loads(m.content)
+        for m in read_messages(state_root / "swarms/default/instances/webhook:default/responder")
+        if m.role == "tool"
+    ]
+    [denied] = tool_results
+    assert denied["status"] == "error"
+    assert denied["error"]["code"] in ("E_TOOL_POLICY_DENIED", "E_TOOL_NOT_IN_CATALOG")
+    # the same agent reached through the CLI has its tools
+    assert daemon.send("What is 1 plus 2?").stdout.strip() == "1 plus 2 is 3."

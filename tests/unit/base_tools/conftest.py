@@ -13,16 +13,28 @@ from goondan import ToolContext
 
 POLICY_PREFIXES = ("GOONDAN_FS_", "GOONDAN_BASH_", "GOONDAN_HTTP_")
 SERVICE_ENVS = (
-    "TELEGRAM_BOT_TOKEN", "BOT_TOKEN", "TELEGRAM_TOKEN", "BRAIN_TELEGRAM_BOT_TOKEN",
-    "TELEGRAM_API_BASE_URL", "SLACK_BOT_TOKEN", "SLACK_TOKEN", "BRAIN_SLACK_BOT_TOKEN",
+    "TELEGRAM_BOT_TOKEN",
+    "BOT_TOKEN",
+    "TELEGRAM_TOKEN",
+    "BRAIN_TELEGRAM_BOT_TOKEN",
+    "TELEGRAM_API_BASE_URL",
+    "SLACK_BOT_TOKEN",
+    "SLACK_TOKEN",
+    "BRAIN_SLACK_BOT_TOKEN",
     "SLACK_API_BASE_URL",
 )
 
 
 def make_ctx(workdir: Path) -> ToolContext:
     return ToolContext(
-        agent_name="tester", instance_key="k1", turn_id="turn-1", trace_id="trace-1",
-        tool_call_id="call-1", message=None, workdir=workdir, logger=structlog.get_logger(),
+        agent_name="tester",
+        instance_key="k1",
+        turn_id="turn-1",
+        trace_id="trace-1",
+        tool_call_id="call-1",
+        message=None,
+        workdir=workdir,
+        logger=structlog.get_logger(),
         runtime=None,  # type: ignore[arg-type]  # no base tool here uses the runtime
     )
 

@@ -63,10 +63,14 @@ async def _json(request: web.Request) -> web.Response:
 
 
 async def _echo(request: web.Request) -> web.Response:
-    return web.json_response({"method": request.method,
-                              "contentType": request.headers.get("Content-Type"),
-                              "auth": request.headers.get("X-Auth"),
-                              "body": await request.text()})
+    return web.json_response(
+        {
+            "method": request.method,
+            "contentType": request.headers.get("Content-Type"),
+            "auth": request.headers.get("X-Auth"),
+            "body": await request.text(),
+        }
+    )
 
 
 async def _big(request: web.Request) -> web.Response:
@@ -91,5 +95,4 @@ async def _loop(request: web.Request) -> web.Response:
 
 
 async def _latin1(request: web.Request) -> web.Response:
-    return web.Response(body="café".encode("latin-1"), content_type="text/plain",
-                        charset="latin-1")
+    return web.Response(body="café".encode("latin-1"), content_type="text/plain", charset="latin-1")

@@ -42,8 +42,16 @@ async def test_exec_reports_output_and_exit_code(ctx: ToolContext, workdir: Path
     assert out["stderr"] == "oops\n"
     assert (out["exitCode"], out["signal"], out["timedOut"]) == (3, None, False)
     assert isinstance(out["durationMs"], int)
-    assert set(out) == {"command", "cwd", "durationMs", "stdout", "stderr", "exitCode",
-                        "signal", "timedOut"}
+    assert set(out) == {
+        "command",
+        "cwd",
+        "durationMs",
+        "stdout",
+        "stderr",
+        "exitCode",
+        "signal",
+        "timedOut",
+    }
 
 
 async def test_exec_in_a_subdirectory(ctx: ToolContext, workdir: Path) -> None:
@@ -63,8 +71,9 @@ async def test_environment_is_scrubbed(ctx: ToolContext, monkeypatch: pytest.Mon
     assert (env["N"], env["FLAG"], env["S"]) == ("7", "true", "x y")
 
 
-async def test_allow_listed_variables_are_passed(ctx: ToolContext,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_allow_listed_variables_are_passed(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("OTHER_SECRET", "hidden")
     monkeypatch.setenv("GOONDAN_BASH_ENV_ALLOW", "OPENAI_API_KEY, NOT_SET")
@@ -74,10 +83,13 @@ async def test_allow_listed_variables_are_passed(ctx: ToolContext,
 
 async def test_timeout_kills_the_whole_process_group(ctx: ToolContext, workdir: Path) -> None:
     started = time.monotonic()
-    out = await exec_command(ctx, {
-        "command": "sleep 30 & echo $! > child.pid; sleep 30; echo never",
-        "timeoutMs": 300,
-    })
+    out = await exec_command(
+        ctx,
+        {
+            "command": "sleep 30 & echo $! > child.pid; sleep 30; echo never",
+            "timeoutMs": 300,
+        },
+    )
     assert time.monotonic() - started < 3
     assert out["timedOut"] is True and out["exitCode"] == -1
     assert out["signal"] in {"SIGTERM", "SIGKILL"}
@@ -86,8 +98,9 @@ async def test_timeout_kills_the_whole_process_group(ctx: ToolContext, workdir: 
 
 
 async def test_cancelled_call_leaves_nothing_running(ctx: ToolContext, workdir: Path) -> None:
-    task = asyncio.ensure_future(exec_command(ctx, {
-        "command": "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait"}))
+    task = asyncio.ensure_future(
+        exec_command(ctx, {"command": "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait"})
+    )
     deadline = time.monotonic() + 5
     while not (workdir / "shell.pid").exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
@@ -104,12 +117,17 @@ async def test_a_background_job_does_not_hold_the_call(ctx: ToolContext) -> None
     assert out["durationMs"] < 1500
 
 
-async def test_output_is_capped_head_and_tail(ctx: ToolContext,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_output_is_capped_head_and_tail(
+    ctx: ToolContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GOONDAN_BASH_OUTPUT_LIMIT_BYTES", "100")
-    out = await exec_command(ctx, {
-        "command": "echo START; head -c 5000 /dev/zero | tr '\\0' a; echo; echo END; "
-                   "head -c 3000 /dev/zero >&2"})
+    out = await exec_command(
+        ctx,
+        {
+            "command": "echo START; head -c 5000 /dev/zero | tr '\\0' a; echo; echo END; "
+            "head -c 3000 /dev/zero >&2"
+        },
+    )
     stdout = out["stdout"]
     assert stdout.startswith("START\naaaa") and stdout.endswith("aaaa\nEND\n")
     assert f"[{5011 - 100} bytes omitted of 5011]" in stdout
@@ -124,9 +142,22 @@ async def test_script_runs_with_args_and_shell(ctx: ToolContext, workdir: Path) 
     path = str(workdir.resolve() / "bin" / "greet.sh")
     assert out["stdout"] == f"a-b from {path}\n"
     assert (out["path"], out["shell"], out["args"], out["exitCode"]) == (
-        path, "/bin/bash", ["a", "b"], 4)
-    assert set(out) == {"path", "shell", "args", "durationMs", "stdout", "stderr", "exitCode",
-                        "signal", "timedOut"}
+        path,
+        "/bin/bash",
+        ["a", "b"],
+        4,
+    )
+    assert set(out) == {
+        "path",
+        "shell",
+        "args",
+        "durationMs",
+        "stdout",
+        "stderr",
+        "exitCode",
+        "signal",
+        "timedOut",
+    }
     sh = await script(ctx, {"path": "bin/greet.sh", "shell": "/bin/sh", "timeoutMs": 5000})
     assert sh["shell"] == "/bin/sh" and sh["stdout"].startswith("- from")
 
@@ -138,13 +169,16 @@ async def test_script_timeout(ctx: ToolContext, workdir: Path) -> None:
     assert out["timedOut"] is True and out["exitCode"] == -1
 
 
-@pytest.mark.parametrize("call, args, code", [
-    ("exec", {"command": "  "}, "E_TOOL_INVALID_ARGS"),
-    ("exec", {"command": "true", "cwd": "missing"}, "E_NOT_FOUND"),
-    ("exec", {"command": "true", "env": {"A=B": "x"}}, "E_TOOL_INVALID_ARGS"),
-    ("script", {"path": "missing.sh"}, "E_NOT_FOUND"),
-    ("script", {"path": "ok.sh", "shell": "/no/such/shell"}, "E_EXEC_FAILED"),
-])
+@pytest.mark.parametrize(
+    "call, args, code",
+    [
+        ("exec", {"command": "  "}, "E_TOOL_INVALID_ARGS"),
+        ("exec", {"command": "true", "cwd": "missing"}, "E_NOT_FOUND"),
+        ("exec", {"command": "true", "env": {"A=B": "x"}}, "E_TOOL_INVALID_ARGS"),
+        ("script", {"path": "missing.sh"}, "E_NOT_FOUND"),
+        ("script", {"path": "ok.sh", "shell": "/no/such/shell"}, "E_EXEC_FAILED"),
+    ],
+)
 async def test_errors(ctx: ToolContext, workdir: Path, call: str, args: dict, code: str) -> None:
     workdir.mkdir(parents=True)
     (workdir / "ok.sh").write_text("true\n")
@@ -165,13 +199,13 @@ def _layout(workdir: Path, outside: Path) -> None:
 
 
 CWD_ESCAPES = ["..", "../outside", "/etc", "to-etc", "to-outside"]
-SCRIPT_ESCAPES = ["../outside/evil.sh", "{outside}/evil.sh", "evil-link.sh",
-                  "to-outside/evil.sh"]
+SCRIPT_ESCAPES = ["../outside/evil.sh", "{outside}/evil.sh", "evil-link.sh", "to-outside/evil.sh"]
 
 
 @pytest.mark.parametrize("cwd", CWD_ESCAPES)
-async def test_cwd_escapes_are_refused_by_default(ctx: ToolContext, workdir: Path,
-                                                  outside: Path, cwd: str) -> None:
+async def test_cwd_escapes_are_refused_by_default(
+    ctx: ToolContext, workdir: Path, outside: Path, cwd: str
+) -> None:
     _layout(workdir, outside)
     with pytest.raises(ToolError) as info:
         await exec_command(ctx, {"command": "touch pwned", "cwd": cwd})
@@ -180,9 +214,9 @@ async def test_cwd_escapes_are_refused_by_default(ctx: ToolContext, workdir: Pat
 
 
 @pytest.mark.parametrize("cwd", CWD_ESCAPES)
-async def test_cwd_escapes_are_allowed_when_configured(ctx: ToolContext, workdir: Path,
-                                                       outside: Path, cwd: str,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_cwd_escapes_are_allowed_when_configured(
+    ctx: ToolContext, workdir: Path, outside: Path, cwd: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _layout(workdir, outside)
     monkeypatch.setenv("GOONDAN_FS_ALLOW_OUTSIDE_WORKDIR", "1")
     out = await exec_command(ctx, {"command": "pwd", "cwd": cwd})
@@ -190,8 +224,9 @@ async def test_cwd_escapes_are_allowed_when_configured(ctx: ToolContext, workdir
 
 
 @pytest.mark.parametrize("path", SCRIPT_ESCAPES)
-async def test_script_escapes_are_refused_by_default(ctx: ToolContext, workdir: Path,
-                                                     outside: Path, path: str) -> None:
+async def test_script_escapes_are_refused_by_default(
+    ctx: ToolContext, workdir: Path, outside: Path, path: str
+) -> None:
     _layout(workdir, outside)
     with pytest.raises(ToolError) as info:
         await script(ctx, {"path": path.format(outside=outside)})
@@ -200,8 +235,8 @@ async def test_script_escapes_are_refused_by_default(ctx: ToolContext, workdir: 
 
 @pytest.mark.parametrize("path", SCRIPT_ESCAPES)
 async def test_script_escapes_are_allowed_when_configured(
-        ctx: ToolContext, workdir: Path, outside: Path, path: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx: ToolContext, workdir: Path, outside: Path, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _layout(workdir, outside)
     monkeypatch.setenv("GOONDAN_FS_ALLOW_PATHS", f"/nonexistent,{outside}")
     out = await script(ctx, {"path": path.format(outside=outside)})

@@ -16,10 +16,18 @@ read, write, list_entries, mkdir = (handlers[n] for n in ("read", "write", "list
 def test_write_then_read_round_trip(ctx: ToolContext, workdir: Path) -> None:
     out = write(ctx, {"path": "notes/today.txt", "content": "héllo\n"})
     target = workdir.resolve() / "notes" / "today.txt"
-    assert out == {"path": str(target), "size": len("héllo\n".encode()), "written": True,
-                   "append": False}
+    assert out == {
+        "path": str(target),
+        "size": len("héllo\n".encode()),
+        "written": True,
+        "append": False,
+    }
     assert read(ctx, {"path": "notes/today.txt"}) == {
-        "path": str(target), "size": 7, "truncated": False, "content": "héllo\n"}
+        "path": str(target),
+        "size": 7,
+        "truncated": False,
+        "content": "héllo\n",
+    }
 
 
 def test_append_adds_to_the_file(ctx: ToolContext) -> None:
@@ -41,11 +49,14 @@ def test_read_absolute_path_inside_the_workdir(ctx: ToolContext, workdir: Path) 
     assert read(ctx, {"path": str(workdir / "a.txt")})["content"] == "x"
 
 
-@pytest.mark.parametrize("args, code", [
-    ({"path": "missing.txt"}, "E_NOT_FOUND"),
-    ({"path": "."}, "E_IS_DIRECTORY"),
-    ({"path": "a.txt", "maxBytes": 0}, "E_TOOL_INVALID_ARGS"),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        ({"path": "missing.txt"}, "E_NOT_FOUND"),
+        ({"path": "."}, "E_IS_DIRECTORY"),
+        ({"path": "a.txt", "maxBytes": 0}, "E_TOOL_INVALID_ARGS"),
+    ],
+)
 def test_read_errors(ctx: ToolContext, args: dict, code: str) -> None:
     write(ctx, {"path": "a.txt", "content": "x"})
     with pytest.raises(ToolError) as info:
@@ -73,28 +84,37 @@ def test_list_sorted_with_types_and_sizes(ctx: ToolContext, workdir: Path) -> No
     write(ctx, {"path": "src/main.py", "content": "print()"})
     root = workdir.resolve()
     out = list_entries(ctx, {})
-    assert out == {"path": str(root), "recursive": False, "count": 2, "entries": [
-        {"name": "b.txt", "path": str(root / "b.txt"), "type": "file", "size": 3},
-        {"name": "src", "path": str(root / "src"), "type": "dir"},
-    ]}
+    assert out == {
+        "path": str(root),
+        "recursive": False,
+        "count": 2,
+        "entries": [
+            {"name": "b.txt", "path": str(root / "b.txt"), "type": "file", "size": 3},
+            {"name": "src", "path": str(root / "src"), "type": "dir"},
+        ],
+    }
     deep = list_entries(ctx, {"path": ".", "recursive": True, "includeDirs": False})
     assert [e["name"] for e in deep["entries"]] == ["b.txt", "main.py"]
     dirs = list_entries(ctx, {"recursive": True, "includeFiles": False})
     assert [e["type"] for e in dirs["entries"]] == ["dir"]
 
 
-def test_list_shows_symlinks_without_following_them(ctx: ToolContext, workdir: Path,
-                                                     outside: Path) -> None:
+def test_list_shows_symlinks_without_following_them(
+    ctx: ToolContext, workdir: Path, outside: Path
+) -> None:
     mkdir(ctx, {"path": "."})
     (workdir / "escape").symlink_to(outside, target_is_directory=True)
     out = list_entries(ctx, {"recursive": True})
     assert [(e["name"], e["type"]) for e in out["entries"]] == [("escape", "symlink")]
 
 
-@pytest.mark.parametrize("args, code", [
-    ({"path": "nope"}, "E_NOT_FOUND"),
-    ({"path": "f.txt"}, "E_NOT_A_DIRECTORY"),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        ({"path": "nope"}, "E_NOT_FOUND"),
+        ({"path": "f.txt"}, "E_NOT_A_DIRECTORY"),
+    ],
+)
 def test_list_errors(ctx: ToolContext, args: dict, code: str) -> None:
     write(ctx, {"path": "f.txt", "content": "x"})
     with pytest.raises(ToolError) as info:
@@ -131,17 +151,20 @@ def _escapes(workdir: Path, outside: Path) -> dict[str, str]:
     }
 
 
-ESCAPES = ["dotdot", "absolute", "symlinked file", "symlinked parent dir",
-           "dotdot after a subdir"]
+ESCAPES = ["dotdot", "absolute", "symlinked file", "symlinked parent dir", "dotdot after a subdir"]
 
 
 @pytest.mark.parametrize("escape", ESCAPES)
-def test_escapes_are_refused_by_default(ctx: ToolContext, workdir: Path, outside: Path,
-                                        escape: str) -> None:
+def test_escapes_are_refused_by_default(
+    ctx: ToolContext, workdir: Path, outside: Path, escape: str
+) -> None:
     path = _escapes(workdir, outside)[escape]
-    for call, args in ((read, {"path": path}), (write, {"path": path, "content": "pwned"}),
-                       (list_entries, {"path": os.path.dirname(path) or "."}),
-                       (mkdir, {"path": path if escape == "symlinked file" else path + ".d"})):
+    for call, args in (
+        (read, {"path": path}),
+        (write, {"path": path, "content": "pwned"}),
+        (list_entries, {"path": os.path.dirname(path) or "."}),
+        (mkdir, {"path": path if escape == "symlinked file" else path + ".d"}),
+    ):
         if call is list_entries and escape == "symlinked file":
             continue  # its directory is the workdir itself
         with pytest.raises(ToolError) as info:
@@ -154,16 +177,18 @@ def test_escapes_are_refused_by_default(ctx: ToolContext, workdir: Path, outside
 
 
 @pytest.mark.parametrize("escape", ESCAPES)
-def test_escapes_are_allowed_when_configured(ctx: ToolContext, workdir: Path, outside: Path,
-                                             escape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_escapes_are_allowed_when_configured(
+    ctx: ToolContext, workdir: Path, outside: Path, escape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = _escapes(workdir, outside)[escape]
     monkeypatch.setenv("GOONDAN_FS_ALLOW_PATHS", str(outside))
     assert read(ctx, {"path": path})["content"] == "top secret\n"
     assert read(ctx, {"path": path})["path"] == str(outside.resolve() / "secret.txt")
 
 
-def test_symlink_to_etc_refused_then_allowed(ctx: ToolContext, workdir: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_symlink_to_etc_refused_then_allowed(
+    ctx: ToolContext, workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     workdir.mkdir(parents=True)
     (workdir / "etc").symlink_to("/etc", target_is_directory=True)
     for path in ("etc/passwd", "/etc/passwd"):
@@ -175,8 +200,9 @@ def test_symlink_to_etc_refused_then_allowed(ctx: ToolContext, workdir: Path,
     assert "root:" in read(ctx, {"path": "/etc/passwd"})["content"]
 
 
-def test_a_dangling_symlink_cannot_create_a_file_outside(ctx: ToolContext, workdir: Path,
-                                                         outside: Path) -> None:
+def test_a_dangling_symlink_cannot_create_a_file_outside(
+    ctx: ToolContext, workdir: Path, outside: Path
+) -> None:
     workdir.mkdir(parents=True)
     (workdir / "trap").symlink_to(outside / "created-by-agent.txt")
     with pytest.raises(ToolError) as info:
@@ -192,7 +218,8 @@ def test_symlinks_that_stay_inside_are_fine(ctx: ToolContext, workdir: Path) -> 
 
 
 def test_allow_paths_does_not_allow_a_sibling_with_the_same_prefix(
-        ctx: ToolContext, tmp_path: Path, outside: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx: ToolContext, tmp_path: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sibling = tmp_path / "outside-but-not-really"
     sibling.mkdir()
     (sibling / "x.txt").write_text("x")
@@ -201,12 +228,16 @@ def test_allow_paths_does_not_allow_a_sibling_with_the_same_prefix(
         read(ctx, {"path": str(sibling / "x.txt")})
 
 
-@pytest.mark.parametrize("name, value", [
-    ("GOONDAN_FS_ALLOW_OUTSIDE_WORKDIR", "maybe"),
-    ("GOONDAN_FS_ALLOW_PATHS", "relative/dir"),
-])
-def test_malformed_settings_fail_closed(ctx: ToolContext, outside: Path, name: str, value: str,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("GOONDAN_FS_ALLOW_OUTSIDE_WORKDIR", "maybe"),
+        ("GOONDAN_FS_ALLOW_PATHS", "relative/dir"),
+    ],
+)
+def test_malformed_settings_fail_closed(
+    ctx: ToolContext, outside: Path, name: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(ToolError) as info:
         read(ctx, {"path": str(outside / "secret.txt")})

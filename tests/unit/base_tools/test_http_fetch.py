@@ -29,8 +29,16 @@ async def test_get(ctx: ToolContext, server: LocalServer) -> None:
     assert out["body"] == "hello" and out["truncated"] is False
     assert out["headers"]["x-test"] == "1" and out["headers"]["content-length"] == "5"
     assert isinstance(out["durationMs"], int)
-    assert set(out) == {"url", "method", "status", "statusText", "headers", "body",
-                        "truncated", "durationMs"}
+    assert set(out) == {
+        "url",
+        "method",
+        "status",
+        "statusText",
+        "headers",
+        "body",
+        "truncated",
+        "durationMs",
+    }
 
 
 async def test_get_non_2xx_is_a_result(ctx: ToolContext, server: LocalServer) -> None:
@@ -50,18 +58,28 @@ async def test_charset_is_honoured(ctx: ToolContext, server: LocalServer) -> Non
 
 
 async def test_post_json_body(ctx: ToolContext, server: LocalServer) -> None:
-    out = await post(ctx, {"url": f"{server.url}/echo", "body": {"k": [1, "v"]},
-                           "headers": {"X-Auth": "abc"}})
+    out = await post(
+        ctx, {"url": f"{server.url}/echo", "body": {"k": [1, "v"]}, "headers": {"X-Auth": "abc"}}
+    )
     echoed = json.loads(out["body"])
     assert out["method"] == "POST" and out["status"] == 200
-    assert echoed == {"method": "POST", "contentType": "application/json", "auth": "abc",
-                      "body": '{"k": [1, "v"]}'}
+    assert echoed == {
+        "method": "POST",
+        "contentType": "application/json",
+        "auth": "abc",
+        "body": '{"k": [1, "v"]}',
+    }
 
 
-async def test_post_body_string_and_own_content_type(ctx: ToolContext,
-                                                     server: LocalServer) -> None:
-    out = await post(ctx, {"url": f"{server.url}/echo", "bodyString": "a=1",
-                           "headers": {"content-type": "application/x-www-form-urlencoded"}})
+async def test_post_body_string_and_own_content_type(ctx: ToolContext, server: LocalServer) -> None:
+    out = await post(
+        ctx,
+        {
+            "url": f"{server.url}/echo",
+            "bodyString": "a=1",
+            "headers": {"content-type": "application/x-www-form-urlencoded"},
+        },
+    )
     assert json.loads(out["body"])["body"] == "a=1"
     assert json.loads(out["body"])["contentType"] == "application/x-www-form-urlencoded"
     empty = await post(ctx, {"url": f"{server.url}/echo"})
@@ -73,8 +91,9 @@ async def test_redirects_are_followed_and_reported(ctx: ToolContext, server: Loc
     assert out["url"] == f"{server.url}/json" and json.loads(out["body"]) == {"a": [1, 2]}
 
 
-async def test_redirect_count_is_capped(ctx: ToolContext, server: LocalServer,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_redirect_count_is_capped(
+    ctx: ToolContext, server: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GOONDAN_HTTP_MAX_REDIRECTS", "3")
     with pytest.raises(ToolError) as info:
         await get(ctx, {"url": f"{server.url}/loop"})
@@ -82,8 +101,7 @@ async def test_redirect_count_is_capped(ctx: ToolContext, server: LocalServer,
     assert server.hits.count("/loop") == 4  # the request and three redirects
 
 
-async def test_redirect_to_another_scheme_is_refused(ctx: ToolContext,
-                                                     server: LocalServer) -> None:
+async def test_redirect_to_another_scheme_is_refused(ctx: ToolContext, server: LocalServer) -> None:
     with pytest.raises(ToolError) as info:
         await get(ctx, {"url": f"{server.url}/redirect?to=file:///etc/passwd"})
     assert info.value.code in {"E_HTTP_UNSUPPORTED_PROTOCOL", "E_HTTP_REQUEST_FAILED"}
@@ -103,13 +121,16 @@ async def test_connection_refused(ctx: ToolContext, server: LocalServer) -> None
     await server.__aenter__()  # the fixture closes it again
 
 
-@pytest.mark.parametrize("url, code", [
-    ("ftp://example.com/file", "E_HTTP_UNSUPPORTED_PROTOCOL"),
-    ("file:///etc/passwd", "E_HTTP_UNSUPPORTED_PROTOCOL"),
-    ("example.com/no-scheme", "E_HTTP_UNSUPPORTED_PROTOCOL"),
-    ("http://", "E_HTTP_INVALID_URL"),
-    ("http://[::1/", "E_HTTP_INVALID_URL"),
-])
+@pytest.mark.parametrize(
+    "url, code",
+    [
+        ("ftp://example.com/file", "E_HTTP_UNSUPPORTED_PROTOCOL"),
+        ("file:///etc/passwd", "E_HTTP_UNSUPPORTED_PROTOCOL"),
+        ("example.com/no-scheme", "E_HTTP_UNSUPPORTED_PROTOCOL"),
+        ("http://", "E_HTTP_INVALID_URL"),
+        ("http://[::1/", "E_HTTP_INVALID_URL"),
+    ],
+)
 async def test_bad_urls_never_leave_the_process(ctx: ToolContext, url: str, code: str) -> None:
     with pytest.raises(ToolError) as info:
         await get(ctx, {"url": url})

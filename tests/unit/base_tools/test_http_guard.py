@@ -31,16 +31,23 @@ class RecordingBackend(httpcore.AsyncNetworkBackend):
     def __init__(self) -> None:
         self.connects: list[tuple[str, int]] = []
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-                          ) -> httpcore.AsyncNetworkStream:
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
         self.connects.append((host, port))
         raise httpcore.ConnectError("recording backend: not connecting")
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
-                                  ) -> httpcore.AsyncNetworkStream:
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
         raise AssertionError("unexpected unix socket")
 
     async def sleep(self, seconds: float) -> None:
@@ -80,8 +87,9 @@ REMOTE = [
 
 
 @pytest.mark.parametrize("url, ip, reason", REMOTE)
-async def test_internal_addresses_are_refused_before_connecting(url: str, ip: str,
-                                                                reason: str | None) -> None:
+async def test_internal_addresses_are_refused_before_connecting(
+    url: str, ip: str, reason: str | None
+) -> None:
     connects, error = await attempt(url)
     assert connects == []
     assert isinstance(error, ToolError) and error.code == "E_HTTP_BLOCKED"
@@ -91,7 +99,8 @@ async def test_internal_addresses_are_refused_before_connecting(url: str, ip: st
 
 @pytest.mark.parametrize("url, ip, reason", REMOTE)
 async def test_internal_addresses_are_allowed_when_configured(
-        url: str, ip: str, reason: str | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    url: str, ip: str, reason: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     network = ipaddress.ip_network(ip)
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", f"example.org,{network}")
     connects, error = await attempt(url)
@@ -113,31 +122,43 @@ async def test_a_hostname_is_dialled_by_the_checked_ip(monkeypatch: pytest.Monke
     assert connects and all(ipaddress.ip_address(host).is_loopback for host, _ in connects)
 
 
-@pytest.mark.parametrize("rule, allowed", [
-    ("127.0.0.1:81", True), ("127.0.0.1:82", False), ("127.0.0.0/8", True),
-    ("localhost", False),  # a host-name rule matches the URL's host, not the resolved IP
-    ("*.example.com", False), ("::1", False),
-])
+@pytest.mark.parametrize(
+    "rule, allowed",
+    [
+        ("127.0.0.1:81", True),
+        ("127.0.0.1:82", False),
+        ("127.0.0.0/8", True),
+        ("localhost", False),  # a host-name rule matches the URL's host, not the resolved IP
+        ("*.example.com", False),
+        ("::1", False),
+    ],
+)
 async def test_allow_rules(rule: str, allowed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", rule)
     connects, _ = await attempt("http://127.0.0.1:81/")
     assert bool(connects) is allowed
 
 
-@pytest.mark.parametrize("host, port, allowed", [
-    ("api.internal.example", 443, True), ("API.Internal.Example.", 80, True),
-    ("internal.example", 443, False), ("evilinternal.example", 443, False),
-    ("db.internal.example", 5432, True), ("other.example", 443, False),
-])
-def test_host_rules(host: str, port: int, allowed: bool,
-                    monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "host, port, allowed",
+    [
+        ("api.internal.example", 443, True),
+        ("API.Internal.Example.", 80, True),
+        ("internal.example", 443, False),
+        ("evilinternal.example", 443, False),
+        ("db.internal.example", 5432, True),
+        ("other.example", 443, False),
+    ],
+)
+def test_host_rules(host: str, port: int, allowed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", " *.internal.example , other.example:8443")
     assert http_policy().allows(host, ipaddress.ip_address("10.0.0.1"), port) is allowed
 
 
 @pytest.mark.parametrize("value", ["10.0.0.0/33", "host:99999", "bad host", "*."])
-async def test_malformed_allow_list_fails_closed(ctx: ToolContext, value: str,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_malformed_allow_list_fails_closed(
+    ctx: ToolContext, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", value)
     with pytest.raises(ToolError) as info:
         await get(ctx, {"url": "http://127.0.0.1:9/"})
@@ -166,11 +187,17 @@ def _cases(first: LocalServer, second: LocalServer, six: LocalServer) -> dict[st
         "[::1]": (f"{six.url}/hello", six, "::1", ""),
         "localhost": (f"http://localhost:{first.port}/hello", first, "localhost", ""),
         "redirect to loopback": (
-            f"{first.url}/redirect?to={second.url}/hello", second,
-            f"127.0.0.1:{first.port},127.0.0.1:{second.port}", f"127.0.0.1:{first.port}"),
+            f"{first.url}/redirect?to={second.url}/hello",
+            second,
+            f"127.0.0.1:{first.port},127.0.0.1:{second.port}",
+            f"127.0.0.1:{first.port}",
+        ),
         "redirect to localhost": (
-            f"{first.url}/redirect?to=http://localhost:{second.port}/hello", second,
-            f"127.0.0.1:{first.port},localhost", f"127.0.0.1:{first.port}"),
+            f"{first.url}/redirect?to=http://localhost:{second.port}/hello",
+            second,
+            f"127.0.0.1:{first.port},localhost",
+            f"127.0.0.1:{first.port}",
+        ),
     }
 
 
@@ -178,8 +205,9 @@ CASES = ["127.0.0.1", "[::1]", "localhost", "redirect to loopback", "redirect to
 
 
 @pytest.mark.parametrize("case", CASES)
-async def test_loopback_refused_by_default(ctx: ToolContext, servers: tuple, case: str,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_loopback_refused_by_default(
+    ctx: ToolContext, servers: tuple, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, guarded, _, default = _cases(*servers)[case]
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", default)
     with pytest.raises(ToolError) as info:
@@ -192,8 +220,9 @@ async def test_loopback_refused_by_default(ctx: ToolContext, servers: tuple, cas
 
 
 @pytest.mark.parametrize("case", CASES)
-async def test_loopback_allowed_when_configured(ctx: ToolContext, servers: tuple, case: str,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_loopback_allowed_when_configured(
+    ctx: ToolContext, servers: tuple, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url, target, allowed, _ = _cases(*servers)[case]
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", allowed)
     out = await get(ctx, {"url": url})

@@ -10,12 +10,14 @@ import pytest
 from base_tools import json_query, self_restart, text_transform, wait
 from goondan import ToolContext, ToolError
 
-DOC = json.dumps({
-    "users": [{"name": "Alice", "email": "a@x"}, {"name": "Bob", "tags": ["x", "y"]}],
-    "items": [1, [2, [3, [4]]]],
-    "meta": {"count": 2, "ok": True, "none": None, "odd key": "v"},
-    "title": "héllo",
-})
+DOC = json.dumps(
+    {
+        "users": [{"name": "Alice", "email": "a@x"}, {"name": "Bob", "tags": ["x", "y"]}],
+        "items": [1, [2, [3, [4]]]],
+        "meta": {"count": 2, "ok": True, "none": None, "odd key": "v"},
+        "title": "héllo",
+    }
+)
 
 
 # --- wait -----------------------------------------------------------------------------------------
@@ -24,10 +26,14 @@ DOC = json.dumps({
 async def test_wait_seconds(ctx: ToolContext) -> None:
     started = time.monotonic()
     assert await wait.handlers["seconds"](ctx, {"seconds": 0.05}) == {
-        "waitedSeconds": 0.05, "waitedMs": 50}
+        "waitedSeconds": 0.05,
+        "waitedMs": 50,
+    }
     assert time.monotonic() - started >= 0.05
-    assert await wait.handlers["seconds"](ctx, {"seconds": 0}) == {"waitedSeconds": 0,
-                                                                    "waitedMs": 0}
+    assert await wait.handlers["seconds"](ctx, {"seconds": 0}) == {
+        "waitedSeconds": 0,
+        "waitedMs": 0,
+    }
 
 
 @pytest.mark.parametrize("seconds", [-1, 301, float("nan"), float("inf")])
@@ -43,7 +49,10 @@ async def test_wait_refuses_out_of_range(ctx: ToolContext, seconds: float) -> No
 def test_self_restart_request(ctx: ToolContext) -> None:
     request = self_restart.handlers["request"]
     assert request(ctx, {"reason": "Updated configuration"}) == {
-        "ok": True, "restartRequested": True, "restartReason": "Updated configuration"}
+        "ok": True,
+        "restartRequested": True,
+        "restartReason": "Updated configuration",
+    }
     assert request(ctx, {})["restartReason"] == "tool:self-restart"
     assert request(ctx, {"reason": "  "})["restartReason"] == "tool:self-restart"
 
@@ -51,61 +60,94 @@ def test_self_restart_request(ctx: ToolContext) -> None:
 # --- json-query -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path, found, value", [
-    ("users[0].name", True, "Alice"),
-    (".users[1].tags[-1]", True, "y"),
-    ("$.meta.count", True, 2),
-    ('meta["odd key"]', True, "v"),
-    ("meta.none", True, None),
-    (".", True, json.loads(DOC)),
-    ("users[5].name", False, None),
-    ("meta.missing", False, None),
-    ("title.length", False, None),
-])
+@pytest.mark.parametrize(
+    "path, found, value",
+    [
+        ("users[0].name", True, "Alice"),
+        (".users[1].tags[-1]", True, "y"),
+        ("$.meta.count", True, 2),
+        ('meta["odd key"]', True, "v"),
+        ("meta.none", True, None),
+        (".", True, json.loads(DOC)),
+        ("users[5].name", False, None),
+        ("meta.missing", False, None),
+        ("title.length", False, None),
+    ],
+)
 def test_query(ctx: ToolContext, path: str, found: bool, value: object) -> None:
     assert json_query.handlers["query"](ctx, {"data": DOC, "path": path}) == {
-        "path": path, "found": found, "value": value}
+        "path": path,
+        "found": found,
+        "value": value,
+    }
 
 
 def test_query_default_path(ctx: ToolContext) -> None:
     assert json_query.handlers["query"](ctx, {"data": "[1]"}) == {
-        "path": ".", "found": True, "value": [1]}
+        "path": ".",
+        "found": True,
+        "value": [1],
+    }
 
 
 def test_pick(ctx: ToolContext) -> None:
     data = json.dumps({"name": "Alice", "email": "a@x", "age": 3})
-    assert json_query.handlers["pick"](ctx, {"data": data, "keys": ["name", "email", "nope"]}) \
-        == {"keys": ["name", "email", "nope"], "result": {"name": "Alice", "email": "a@x"}}
+    assert json_query.handlers["pick"](ctx, {"data": data, "keys": ["name", "email", "nope"]}) == {
+        "keys": ["name", "email", "nope"],
+        "result": {"name": "Alice", "email": "a@x"},
+    }
 
 
-@pytest.mark.parametrize("path, count, kind", [
-    ("users", 2, "array"), ("meta", 4, "object"), ("title", 5, "string"),
-    ("meta.count", 1, "number"), ("meta.ok", 1, "boolean"), ("meta.none", 0, "null"),
-    ("missing", 0, "null"),
-])
+@pytest.mark.parametrize(
+    "path, count, kind",
+    [
+        ("users", 2, "array"),
+        ("meta", 4, "object"),
+        ("title", 5, "string"),
+        ("meta.count", 1, "number"),
+        ("meta.ok", 1, "boolean"),
+        ("meta.none", 0, "null"),
+        ("missing", 0, "null"),
+    ],
+)
 def test_count(ctx: ToolContext, path: str, count: int, kind: str) -> None:
     assert json_query.handlers["count"](ctx, {"data": DOC, "path": path}) == {
-        "path": path, "count": count, "type": kind}
+        "path": path,
+        "count": count,
+        "type": kind,
+    }
 
 
-@pytest.mark.parametrize("depth, result", [
-    (None, [1, 2, [3, [4]]]), (0, [1, [2, [3, [4]]]]), (2, [1, 2, 3, [4]]), (9, [1, 2, 3, 4]),
-])
+@pytest.mark.parametrize(
+    "depth, result",
+    [
+        (None, [1, 2, [3, [4]]]),
+        (0, [1, [2, [3, [4]]]]),
+        (2, [1, 2, 3, [4]]),
+        (9, [1, 2, 3, 4]),
+    ],
+)
 def test_flatten(ctx: ToolContext, depth: int | None, result: list) -> None:
     args = {"data": "[1, [2, [3, [4]]]]"} | ({} if depth is None else {"depth": depth})
     assert json_query.handlers["flatten"](ctx, args) == {
-        "depth": 1 if depth is None else depth, "count": len(result), "result": result}
+        "depth": 1 if depth is None else depth,
+        "count": len(result),
+        "result": result,
+    }
 
 
-@pytest.mark.parametrize("export, args, code", [
-    ("query", {"data": "{nope"}, "E_INVALID_JSON"),
-    ("query", {"data": "{}", "path": "a..b"}, "E_INVALID_PATH"),
-    ("query", {"data": "{}", "path": "a[x]"}, "E_INVALID_PATH"),
-    ("pick", {"data": "[1]", "keys": ["a"]}, "E_JSON_TYPE"),
-    ("count", {"data": ""}, "E_INVALID_JSON"),
-    ("flatten", {"data": "{}"}, "E_JSON_TYPE"),
-    ("flatten", {"data": "[]", "depth": -1}, "E_TOOL_INVALID_ARGS"),
-])
+@pytest.mark.parametrize(
+    "export, args, code",
+    [
+        ("query", {"data": "{nope"}, "E_INVALID_JSON"),
+        ("query", {"data": "{}", "path": "a..b"}, "E_INVALID_PATH"),
+        ("query", {"data": "{}", "path": "a[x]"}, "E_INVALID_PATH"),
+        ("pick", {"data": "[1]", "keys": ["a"]}, "E_JSON_TYPE"),
+        ("count", {"data": ""}, "E_INVALID_JSON"),
+        ("flatten", {"data": "{}"}, "E_JSON_TYPE"),
+        ("flatten", {"data": "[]", "depth": -1}, "E_TOOL_INVALID_ARGS"),
+    ],
+)
 def test_json_query_errors(ctx: ToolContext, export: str, args: dict, code: str) -> None:
     with pytest.raises(ToolError) as info:
         json_query.handlers[export](ctx, args)
@@ -120,32 +162,49 @@ tt = text_transform.handlers
 def test_replace_first_and_all(ctx: ToolContext) -> None:
     text = "hello world hello"
     assert tt["replace"](ctx, {"text": text, "search": "hello", "replacement": "hi"}) == {
-        "original": text, "result": "hi world hello", "replacements": 1}
-    assert tt["replace"](ctx, {"text": text, "search": "hello", "replacement": "hi",
-                               "all": True})["result"] == "hi world hi"
+        "original": text,
+        "result": "hi world hello",
+        "replacements": 1,
+    }
+    assert (
+        tt["replace"](ctx, {"text": text, "search": "hello", "replacement": "hi", "all": True})[
+            "result"
+        ]
+        == "hi world hi"
+    )
     assert tt["replace"](ctx, {"text": text, "search": "l"})["result"] == "helo world hello"
     assert tt["replace"](ctx, {"text": text, "search": "zzz"})["replacements"] == 0
 
 
-@pytest.mark.parametrize("args, result, start, end", [
-    ({}, "hello world", 0, 11),
-    ({"start": 0, "end": 5}, "hello", 0, 5),
-    ({"start": -5}, "world", 6, 11),
-    ({"start": 3, "end": 1}, "", 3, 3),
-    ({"start": 2, "end": 100}, "llo world", 2, 11),
-])
+@pytest.mark.parametrize(
+    "args, result, start, end",
+    [
+        ({}, "hello world", 0, 11),
+        ({"start": 0, "end": 5}, "hello", 0, 5),
+        ({"start": -5}, "world", 6, 11),
+        ({"start": 3, "end": 1}, "", 3, 3),
+        ({"start": 2, "end": 100}, "llo world", 2, 11),
+    ],
+)
 def test_slice(ctx: ToolContext, args: dict, result: str, start: int, end: int) -> None:
     assert tt["slice"](ctx, {"text": "hello world", **args}) == {
-        "original": "hello world", "result": result, "start": start, "end": end,
-        "length": len(result)}
+        "original": "hello world",
+        "result": result,
+        "start": start,
+        "end": end,
+        "length": len(result),
+    }
 
 
-@pytest.mark.parametrize("args, parts", [
-    ({"text": "line1\nline2\nline3"}, ["line1", "line2", "line3"]),
-    ({"text": "a,b,c,d", "delimiter": ",", "maxParts": 2}, ["a", "b,c,d"]),
-    ({"text": "abc", "delimiter": ""}, ["a", "b", "c"]),
-    ({"text": "abcd", "delimiter": "", "maxParts": 2}, ["a", "bcd"]),
-])
+@pytest.mark.parametrize(
+    "args, parts",
+    [
+        ({"text": "line1\nline2\nline3"}, ["line1", "line2", "line3"]),
+        ({"text": "a,b,c,d", "delimiter": ",", "maxParts": 2}, ["a", "b,c,d"]),
+        ({"text": "abc", "delimiter": ""}, ["a", "b", "c"]),
+        ({"text": "abcd", "delimiter": "", "maxParts": 2}, ["a", "bcd"]),
+    ],
+)
 def test_split(ctx: ToolContext, args: dict, parts: list[str]) -> None:
     out = tt["split"](ctx, args)
     assert out == {"delimiter": args.get("delimiter", "\n"), "count": len(parts), "parts": parts}
@@ -153,32 +212,45 @@ def test_split(ctx: ToolContext, args: dict, parts: list[str]) -> None:
 
 def test_join(ctx: ToolContext) -> None:
     assert tt["join"](ctx, {"parts": ["a", 2, 2.5, 3.0, True], "delimiter": ", "}) == {
-        "delimiter": ", ", "count": 5, "result": "a, 2, 2.5, 3, true"}
+        "delimiter": ", ",
+        "count": 5,
+        "result": "a, 2, 2.5, 3, true",
+    }
     assert tt["join"](ctx, {"parts": ["x", "y"]})["result"] == "x\ny"
 
 
-@pytest.mark.parametrize("mode, result", [("both", "hello"), ("start", "hello  "),
-                                          ("end", "  hello")])
+@pytest.mark.parametrize(
+    "mode, result", [("both", "hello"), ("start", "hello  "), ("end", "  hello")]
+)
 def test_trim(ctx: ToolContext, mode: str, result: str) -> None:
     assert tt["trim"](ctx, {"text": "  hello  ", "mode": mode}) == {
-        "original": "  hello  ", "result": result, "mode": mode,
-        "trimmedLength": 9 - len(result)}
+        "original": "  hello  ",
+        "result": result,
+        "mode": mode,
+        "trimmedLength": 9 - len(result),
+    }
 
 
 def test_case(ctx: ToolContext) -> None:
     assert tt["case"](ctx, {"text": "Hello World", "to": "upper"}) == {
-        "original": "Hello World", "result": "HELLO WORLD", "to": "upper"}
+        "original": "Hello World",
+        "result": "HELLO WORLD",
+        "to": "upper",
+    }
     assert tt["case"](ctx, {"text": "Hello World", "to": "lower"})["result"] == "hello world"
 
 
-@pytest.mark.parametrize("export, args", [
-    ("replace", {"text": "x", "search": ""}),
-    ("slice", {"text": "x", "start": 1.5}),
-    ("split", {"text": "x", "maxParts": 0}),
-    ("join", {"parts": [{"a": 1}]}),
-    ("trim", {"text": "x", "mode": "middle"}),
-    ("case", {"text": "x", "to": "title"}),
-])
+@pytest.mark.parametrize(
+    "export, args",
+    [
+        ("replace", {"text": "x", "search": ""}),
+        ("slice", {"text": "x", "start": 1.5}),
+        ("split", {"text": "x", "maxParts": 0}),
+        ("join", {"parts": [{"a": 1}]}),
+        ("trim", {"text": "x", "mode": "middle"}),
+        ("case", {"text": "x", "to": "title"}),
+    ],
+)
 def test_text_transform_errors(ctx: ToolContext, export: str, args: dict) -> None:
     with pytest.raises(ToolError) as info:
         tt[export](ctx, args)

@@ -135,3 +135,18 @@ def test_base_package_ships_its_extensions(load: Load, tmp_path: Path) -> None:
         "required-tools-guard",
         "tool-search",
     ]
+
+
+def test_connection_tool_policy(tmp_path, load, errors_of):
+    from bundle_testkit import edit, write_bundle
+
+    base = edit(
+        "spec:\n  connectorRef: Connector/cli\n",
+        'spec:\n  toolPolicy: {deny: ["calc__*"]}\n  connectorRef: Connector/cli\n',
+    )
+    bundle = load(write_bundle(tmp_path / "ok", base))
+    [connection] = [r for r in bundle.of_kind("Connection") if r.package == "__local__"]
+    assert connection.spec.tool_policy.deny == ("calc__*",)
+    broken = base.replace('deny: ["calc__*"]', 'deny: ["not a tool!"]')
+    [error] = errors_of(write_bundle(tmp_path / "bad", broken))
+    assert error.path.endswith("spec.toolPolicy.deny[0]")

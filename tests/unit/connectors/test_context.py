@@ -24,8 +24,12 @@ class Wire:
     def __init__(self) -> None:
         self.sent: list[wire.Envelope] = []
         self.ctx = ConnectorContext(
-            connection_name="conn", connector_name="probe", config={"A": "1"},
-            secrets={"TOKEN": "t"}, send=self.send, ack_timeout_s=0.2,
+            connection_name="conn",
+            connector_name="probe",
+            config={"A": "1"},
+            secrets={"TOKEN": "t"},
+            send=self.send,
+            ack_timeout_s=0.2,
         )
         self.arrived = asyncio.Event()
 
@@ -40,23 +44,39 @@ class Wire:
         return env, wire.decode_payload(env, wire.ConnectorEvent)
 
     def answer(self, type_: str, payload: object, cid: str | None) -> bool:
-        frame = wire.encode(type_, wire.ORCHESTRATOR, "connection:conn", payload,  # type: ignore[arg-type]
-                            correlation_id=cid)
+        frame = wire.encode(
+            type_,
+            wire.ORCHESTRATOR,
+            "connection:conn",
+            payload,  # type: ignore[arg-type]
+            correlation_id=cid,
+        )
         return self.ctx.handle(wire.decode(frame))
 
 
 async def test_emit_sends_a_connector_event_and_returns_the_ack() -> None:
     w = Wire()
-    task = asyncio.create_task(w.ctx.emit("user_message", text="hi", instance_key="chat:1",
-                                          properties={"n": 3, "b": True, "f": 1.5, "none": None}))
+    task = asyncio.create_task(
+        w.ctx.emit(
+            "user_message",
+            text="hi",
+            instance_key="chat:1",
+            properties={"n": 3, "b": True, "f": 1.5, "none": None},
+        )
+    )
     env, event = await w.next()
     assert env.type == wire.CONNECTOR_EVENT and env.from_ == "connection:conn"
     assert env.to == wire.ORCHESTRATOR and env.correlation_id and env.trace_id
     assert event == wire.ConnectorEvent(
-        "user_message", wire.ConnectorMessage("text", text="hi"), "chat:1",
-        {"n": "3", "b": "true", "f": "1.5"}, reply=False)
-    assert w.answer(wire.EVENT_ACK, wire.EventAck(True, agent="a", instance_key="routed"),
-                    env.correlation_id)
+        "user_message",
+        wire.ConnectorMessage("text", text="hi"),
+        "chat:1",
+        {"n": "3", "b": "true", "f": "1.5"},
+        reply=False,
+    )
+    assert w.answer(
+        wire.EVENT_ACK, wire.EventAck(True, agent="a", instance_key="routed"), env.correlation_id
+    )
     ack = await task
     assert (ack.accepted, ack.agent, ack.instance_key) == (True, "a", "routed")
     assert ack.correlation_id == env.correlation_id and ack.trace_id == env.trace_id
@@ -81,9 +101,11 @@ async def test_refusal_and_missing_ack_raise() -> None:
     w = Wire()
     task = asyncio.create_task(w.ctx.emit("e", text="x", instance_key="k"))
     env, _ = await w.next()
-    w.answer(wire.EVENT_ACK,
-             wire.EventAck(False, error=wire.ErrorInfo("E_NO_ROUTE", "no rule matched")),
-             env.correlation_id)
+    w.answer(
+        wire.EVENT_ACK,
+        wire.EventAck(False, error=wire.ErrorInfo("E_NO_ROUTE", "no rule matched")),
+        env.correlation_id,
+    )
     with pytest.raises(EventRefused) as refused:
         await task
     assert refused.value.code == "E_NO_ROUTE" and "no rule matched" in str(refused.value)
@@ -99,8 +121,11 @@ async def test_request_returns_the_reply_or_raises_its_error() -> None:
     assert event.reply
     # The answer may even come before the ack has been processed.
     w.answer(wire.EVENT_ACK, wire.EventAck(True, agent="bot"), env.correlation_id)
-    w.answer(wire.DELEGATE_RESULT, wire.DelegateResult("ok", "bot", "the answer", None, "k"),
-             env.correlation_id)
+    w.answer(
+        wire.DELEGATE_RESULT,
+        wire.DelegateResult("ok", "bot", "the answer", None, "k"),
+        env.correlation_id,
+    )
     reply = await task
     assert (reply.text, reply.agent, reply.instance_key) == ("the answer", "bot", "k")
 
@@ -108,8 +133,9 @@ async def test_request_returns_the_reply_or_raises_its_error() -> None:
     env, _ = await w.next()
     w.answer(wire.EVENT_ACK, wire.EventAck(True), env.correlation_id)
     error = wire.ErrorInfo("E_AGENT_CRASHED", "the agent died")
-    w.answer(wire.DELEGATE_RESULT, wire.DelegateResult("error", "bot", error=error),
-             env.correlation_id)
+    w.answer(
+        wire.DELEGATE_RESULT, wire.DelegateResult("error", "bot", error=error), env.correlation_id
+    )
     with pytest.raises(ReplyFailed) as failed:
         await task
     assert failed.value.code == "E_AGENT_CRASHED"
@@ -146,9 +172,14 @@ def test_build_event_validates_and_accepts_the_upstream_shape() -> None:
         build_event("e", instance_key="k", message={"type": "file", "url": "https://x/f"})
     with pytest.raises(TypeError, match="property 'p'"):
         build_event("e", text="x", instance_key="k", properties={"p": {"nested": 1}})
-    event = build_event({"name": "user_message", "instanceKey": "tg:1",
-                         "message": {"type": "image", "url": "https://x/a.png"},
-                         "properties": {"chat_id": 1}})
+    event = build_event(
+        {
+            "name": "user_message",
+            "instanceKey": "tg:1",
+            "message": {"type": "image", "url": "https://x/a.png"},
+            "properties": {"chat_id": 1},
+        }
+    )
     assert event.message == wire.ConnectorMessage("image", url="https://x/a.png")
     assert event.properties == {"chat_id": "1"} and event.instance_key == "tg:1"
     with pytest.raises(TypeError):

@@ -44,13 +44,15 @@ spec:
 
 @pytest.fixture
 def bundle(tmp_path: Path) -> Path:
-    return write_bundle(tmp_path / "b", CONNECTION,
-                        {"mine.py": "async def main(ctx):\n    return None\n"})
+    return write_bundle(
+        tmp_path / "b", CONNECTION, {"mine.py": "async def main(ctx):\n    return None\n"}
+    )
 
 
 def test_values_are_resolved_from_the_environment(bundle: Path) -> None:
-    setup = load_connection(bundle, "c", {"MY_HOST": "0.0.0.0", "MY_OTHER": "",
-                                          "GOONDAN_SECRET_BOT_TOKEN": "tok"})
+    setup = load_connection(
+        bundle, "c", {"MY_HOST": "0.0.0.0", "MY_OTHER": "", "GOONDAN_SECRET_BOT_TOKEN": "tok"}
+    )
     assert setup.config == {"PORT": "8080", "HOST": "0.0.0.0"}
     assert setup.secrets == {"TOKEN": "tok", "OTHER": ""}
     assert setup.entry == (bundle / "mine.py").resolve()

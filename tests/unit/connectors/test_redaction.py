@@ -18,13 +18,17 @@ SECRET = "xoxb-1234:secret/value"
 
 def test_every_field_nested_value_and_url_form_is_redacted() -> None:
     redactor = SecretRedactor([SECRET, ""])
-    event = redactor(None, "info", {
-        "event": f"calling https://api/{quote(SECRET, safe='')}/x",
-        "token": SECRET,
-        "nested": {"list": [f"Bearer {SECRET}", 3, None, True], "tuple": (SECRET,)},
-        "error": RuntimeError(f"bad {SECRET}"),
-        "count": 7,
-    })
+    event = redactor(
+        None,
+        "info",
+        {
+            "event": f"calling https://api/{quote(SECRET, safe='')}/x",
+            "token": SECRET,
+            "nested": {"list": [f"Bearer {SECRET}", 3, None, True], "tuple": (SECRET,)},
+            "error": RuntimeError(f"bad {SECRET}"),
+            "count": 7,
+        },
+    )
     assert event == {
         "event": f"calling https://api/{REDACTED}/x",
         "token": REDACTED,
