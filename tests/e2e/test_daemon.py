@@ -104,7 +104,7 @@ def test_killed_orchestrator_takes_its_agents_with_it(start_daemon):
     pids = [p["pid"] for p in daemon.status()["processes"]]
     daemon.proc.kill()
     daemon.proc.wait()
-    wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=2)
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=1)  # within 1 s
 
 
 def test_malformed_frames_do_not_hurt_the_daemon(start_daemon, state_root):

@@ -163,3 +163,15 @@ def test_self_restart_tool_restarts_the_swarm(start_daemon, tmp_path):
     assert "swarm restart requested by an agent" in logs and '"reason": "new config"' in logs
     assert '"restarted": ["solo"]' in logs
     assert daemon.send("hello").stdout.strip() == "You said: hello"
+
+
+def test_sighup_with_a_broken_bundle_keeps_the_swarm(start_daemon, bundle):
+    daemon = start_daemon(bundle)
+    daemon.send("What is 1 plus 2?")
+    before = pids(daemon)
+    (bundle / "goondan.yaml").write_text("apiVersion: goondan.ai/v1\nkind: Agent\n  bad: [\n")
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload refused: the bundle does not validate" in daemon.logs())
+    assert "E_CONFIG_PARSE_ERROR" in daemon.logs()
+    assert pids(daemon) == before
+    assert daemon.send("What is 2 plus 2?").stdout.startswith("2 plus 2 is 4")
