@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 from bench import baselines, product
-from bench.driver import Driver
 from bench.harness import Row, log
 from bench.procs import Procs, descendants, pss_kb, rss_kb, short_tmpdir
 
@@ -42,33 +41,24 @@ def _pss(pids: list[int]) -> dict[str, Any]:
 def _product() -> dict[str, Any]:
     names = [f"m{i}" for i in range(COUNT)]
     with short_tmpdir() as tmp, Procs() as procs:
-        daemon = product.Daemon(procs, tmp / "p", ["driver", *names], entry=names[0])
-        try:
-            daemon.start()
-            with Driver(
-                daemon.agents_endpoint,
-                "driver",
-                hello=product.ready_frame("driver"),
-                heartbeat=product.heartbeat_frame("driver"),
-            ) as drv:
-                if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
-                    raise RuntimeError("the orchestrator did not take the driver's `ready`")
-                log(f"memory: starting {COUNT} product agents")
-                payload = product.delegate_payload("ping", "mem", "driver")
-                wave = drv.wave([(name, payload) for name in names], timeout_s=120)
-                if wave.ok != COUNT:
-                    raise RuntimeError(f"only {wave.ok} of {COUNT} agents answered")
-                time.sleep(1.0)
-                drv.beat()
-                pids = daemon.agent_pids()
-                agent_pids = [pids[n] for n in names if n in pids]
-                assert daemon.proc is not None
-                others = [p for p in descendants(daemon.proc.pid) if p not in set(pids.values())]
-                result = _pss(agent_pids)
-                result["helpers"] = _pss(others)
-                result["orchestrator"] = _pss([daemon.proc.pid])
-        finally:
-            daemon.stop()
+        with product.driven_daemon(procs, tmp / "p", ["driver", *names], entry=names[0]) as (
+            daemon,
+            drv,
+        ):
+            log(f"memory: starting {COUNT} product agents")
+            payload = product.delegate_payload("ping", "mem", "driver")
+            wave = drv.wave([(name, payload) for name in names], timeout_s=120)
+            if wave.ok != COUNT:
+                raise RuntimeError(f"only {wave.ok} of {COUNT} agents answered")
+            time.sleep(1.0)
+            drv.beat()
+            pids = daemon.agent_pids()
+            agent_pids = [pids[n] for n in names if n in pids]
+            assert daemon.proc is not None
+            others = [p for p in descendants(daemon.proc.pid) if p not in set(pids.values())]
+            result = _pss(agent_pids)
+            result["helpers"] = _pss(others)
+            result["orchestrator"] = _pss([daemon.proc.pid])
     return result
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.driver import Driver
 from bench.procs import PYTHON, Procs
 
 ECHO_REPLY = "You said: {{input}}"
@@ -212,3 +213,25 @@ def heartbeat_frame(name: str) -> bytes:
     from ipc import messages as wire
 
     return wire.encode(wire.HEARTBEAT, name, wire.ORCHESTRATOR)
+
+
+@contextlib.contextmanager
+def driven_daemon(
+    procs: Procs, workdir: Path, agents: list[str], entry: str
+) -> Iterator[tuple[Daemon, Driver]]:
+    """A started daemon whose swarm lists `driver`, with the bench connected as that agent
+    (it says `ready`, so the orchestrator routes to it and never tries to start it)."""
+    daemon = Daemon(procs, workdir, agents, entry=entry)
+    try:
+        daemon.start()
+        with Driver(
+            daemon.agents_endpoint,
+            "driver",
+            hello=ready_frame("driver"),
+            heartbeat=heartbeat_frame("driver"),
+        ) as drv:
+            if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
+                raise RuntimeError("the orchestrator did not take the driver's `ready`")
+            yield daemon, drv
+    finally:
+        daemon.stop()
