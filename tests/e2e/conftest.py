@@ -143,3 +143,64 @@ def wait_for(predicate, timeout: float = 10, interval: float = 0.02):
             return value
         time.sleep(interval)
     raise AssertionError("condition not met in time")
+
+
+def solo_bundle(
+    directory: Path,
+    *,
+    rules: list[dict] | None = None,
+    tool: str | None = None,
+    code: str = "",
+    base_tools: tuple[str, ...] = (),
+    grace_s: float | None = None,
+    files: dict[str, str] | None = None,
+) -> Path:
+    """A one-agent swarm (`solo`) on the scripted model, for supervision tests: its `rules`,
+    an optional local Tool `<tool>` (export `run`, module `code`), and @goondan/base tools."""
+    import yaml
+
+    api = "goondan.ai/v1"
+    options = {"rules": rules} if rules else {}
+    docs: list[dict] = [
+        {
+            "apiVersion": api,
+            "kind": "Model",
+            "metadata": {"name": "m"},
+            "spec": {"provider": "scripted", "model": "s", "options": options},
+        }
+    ]
+    refs: list[dict] = [
+        {"ref": {"kind": "Tool", "name": name, "package": "@goondan/base"}} for name in base_tools
+    ]
+    if tool is not None:
+        export = {"name": "run", "description": "a test tool", "parameters": {"type": "object"}}
+        docs.append(
+            {
+                "apiVersion": api,
+                "kind": "Tool",
+                "metadata": {"name": tool},
+                "spec": {"entry": f"./{tool}.py", "exports": [export]},
+            }
+        )
+        refs.insert(0, {"ref": f"Tool/{tool}"})
+    docs.append(
+        {
+            "apiVersion": api,
+            "kind": "Agent",
+            "metadata": {"name": "solo"},
+            "spec": {"modelConfig": {"modelRef": "Model/m"}, "tools": refs},
+        }
+    )
+    swarm: dict = {"entryAgent": "Agent/solo", "agents": [{"ref": "Agent/solo"}]}
+    if grace_s is not None:
+        swarm["policy"] = {"shutdown": {"gracePeriodSeconds": grace_s}}
+    docs.append(
+        {"apiVersion": api, "kind": "Swarm", "metadata": {"name": "default"}, "spec": swarm}
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "goondan.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    if tool is not None:
+        (directory / f"{tool}.py").write_text(textwrap.dedent(code))
+    for name, text in (files or {}).items():
+        (directory / name).write_text(text)
+    return directory

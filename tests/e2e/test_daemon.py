@@ -8,8 +8,7 @@ import pytest
 import zmq
 
 from agentproc.conversation import read_messages
-from tests.e2e.conftest import QUICKSTART as QUICKSTART_PATH
-from tests.e2e.conftest import goondan, pid_alive, wait_for, write_bundle
+from tests.e2e.conftest import QUICKSTART, goondan, pid_alive, solo_bundle, wait_for
 
 
 def test_send_status_and_stop(start_daemon, state_root):
@@ -67,8 +66,6 @@ def test_unknown_agent_is_a_clear_error(start_daemon):
 
 @pytest.mark.parametrize("spawn", ["zygote", "subprocess"])
 def test_killed_agent_is_respawned_and_answers(start_daemon, spawn):
-    from tests.e2e.conftest import QUICKSTART
-
     daemon = start_daemon(QUICKSTART, "--spawn", spawn)
     assert daemon.send("What is 4 plus 4?").returncode == 0
     old = daemon.process("researcher")
@@ -91,8 +88,6 @@ def test_sigint_stops_everything_cleanly(start_daemon):
 
 def test_second_daemon_on_the_same_state_root_refuses(start_daemon, state_root):
     start_daemon()
-    from tests.e2e.conftest import QUICKSTART
-
     proc = goondan("run", str(QUICKSTART), "--state-root", str(state_root), timeout=20)
     assert proc.returncode == 1
     assert "already running" in proc.stderr
@@ -124,42 +119,9 @@ def test_malformed_frames_do_not_hurt_the_daemon(start_daemon, state_root):
     assert "dropped malformed frame" in daemon.logs()
 
 
-BROKEN_TOOL_BUNDLE = """\
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec: {provider: scripted, model: s}
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {name: broken}
-spec:
-  entry: ./broken.py
-  exports:
-    - name: run
-      description: never loads
-      parameters: {type: object, properties: {}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: solo}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools: [{ref: Tool/broken}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: default}
-spec:
-  entryAgent: Agent/solo
-  agents: [{ref: Agent/solo}]
-"""
-
-
 def test_agent_that_cannot_start_gives_the_reason(start_daemon, tmp_path):
-    bundle = write_bundle(
-        tmp_path / "b", BROKEN_TOOL_BUNDLE, {"broken.py": "raise ImportError('no numpy here')\n"}
-    )
+    code = "raise ImportError('no numpy here')\n"
+    bundle = solo_bundle(tmp_path / "b", tool="broken", code=code)
     daemon = start_daemon(bundle)
     proc = daemon.send("hi")
     assert proc.returncode == 1
@@ -216,7 +178,7 @@ def _base_contents(state_root):
 
 
 def test_fsync_durability_folds_every_turn(start_daemon, state_root):
-    daemon = start_daemon(QUICKSTART_PATH, "--durability", "fsync")
+    daemon = start_daemon(QUICKSTART, "--durability", "fsync")
     assert daemon.send("What is 1 plus 1?").returncode == 0
     assert "What is 1 plus 1?" in _base_contents(state_root)  # at once, not later
 

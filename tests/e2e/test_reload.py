@@ -119,41 +119,18 @@ def test_systemd_notifications(start_daemon, bundle, state_root):
         sock.close()
 
 
-SELF_RESTART = """\
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec:
-  provider: scripted
-  model: s
-  options:
-    rules:
-      - when: "restart"
-        steps:
-          - call: self-restart__request
-            args: {reason: "new config"}
-          - reply: "restarting: {{result.restartRequested}}"
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: solo}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools: [{ref: {kind: Tool, name: self-restart, package: "@goondan/base"}}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: default}
-spec:
-  entryAgent: Agent/solo
-  agents: [{ref: Agent/solo}]
-"""
-
-
 def test_self_restart_tool_restarts_the_swarm(start_daemon, tmp_path):
-    from tests.e2e.conftest import write_bundle
+    from tests.e2e.conftest import solo_bundle
 
-    daemon = start_daemon(write_bundle(tmp_path / "b", SELF_RESTART))
+    restart = {
+        "when": "restart",
+        "steps": [
+            {"call": "self-restart__request", "args": {"reason": "new config"}},
+            {"reply": "restarting: {{result.restartRequested}}"},
+        ],
+    }
+    bundle = solo_bundle(tmp_path / "b", rules=[restart], base_tools=("self-restart",))
+    daemon = start_daemon(bundle)
     assert daemon.send("hello").returncode == 0
     old = daemon.process("solo")["pid"]
     reply = daemon.send("please restart")

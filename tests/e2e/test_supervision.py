@@ -5,50 +5,7 @@ import signal
 import time
 
 from agentproc.conversation import read_messages
-from tests.e2e.conftest import QUICKSTART, pid_alive, wait_for, write_bundle
-
-BLOCKING_BUNDLE = """\
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec:
-  provider: scripted
-  model: s
-  options:
-    rules:
-      - when: "block"
-        steps:
-          - call: stuck__run
-            args: {}
-          - call: stuck__run
-            args: {}
-          - reply: "unreachable"
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {name: stuck}
-spec:
-  entry: ./stuck.py
-  exports:
-    - name: run
-      description: Blocks the event loop (a bug in an async tool).
-      parameters: {type: object, properties: {}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: solo}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools: [{ref: Tool/stuck}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: default}
-spec:
-  entryAgent: Agent/solo
-  agents: [{ref: Agent/solo}]
-  policy: {shutdown: {gracePeriodSeconds: 2}}
-"""
+from tests.e2e.conftest import QUICKSTART, pid_alive, solo_bundle, wait_for, write_bundle
 
 STUCK = """\
 import time
@@ -75,7 +32,8 @@ def test_a_stopped_agent_is_detected_by_heartbeat_and_replaced(start_daemon):
 
 
 def test_a_request_that_hangs_its_agent_twice_fails_instead_of_hanging(start_daemon, tmp_path):
-    bundle = write_bundle(tmp_path / "b", BLOCKING_BUNDLE, {"stuck.py": STUCK})
+    blocking = {"when": "block", "steps": [{"call": "stuck__run"}] * 2 + [{"reply": "unreachable"}]}
+    bundle = solo_bundle(tmp_path / "b", rules=[blocking], tool="stuck", code=STUCK, grace_s=2)
     daemon = start_daemon(bundle, "--hang-timeout", "1")
     started = time.monotonic()
     proc = daemon.send("block")
@@ -130,44 +88,12 @@ def test_input_accepted_before_an_orchestrator_kill_is_answered_after_restart(
     assert (workdir / "attempts").read_text() == "1"
 
 
-CRASHING_BUNDLE = """\
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec: {provider: scripted, model: s}
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {name: crash}
-spec:
-  entry: ./crash.py
-  exports:
-    - name: run
-      description: never gets to run
-      parameters: {type: object, properties: {}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: solo}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools: [{ref: Tool/crash}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: default}
-spec:
-  entryAgent: Agent/solo
-  agents: [{ref: Agent/solo}]
-"""
-
-
 def test_crash_loop_backs_off_exponentially(start_daemon, tmp_path):
     import json
     from datetime import datetime
 
     crash = "import os\nos._exit(7)  # dies while loading, every time\n"
-    bundle = write_bundle(tmp_path / "b", CRASHING_BUNDLE, {"crash.py": crash})
+    bundle = solo_bundle(tmp_path / "b", tool="crash", code=crash)
     daemon = start_daemon(bundle)
     proc = daemon.send("hi", timeout=10)
     assert proc.returncode == 1 and "E_AGENT_CRASHED" in proc.stderr
@@ -191,46 +117,6 @@ def test_crash_loop_backs_off_exponentially(start_daemon, tmp_path):
     assert 1.9 < at[7] - at[6] < 2.6
 
 
-SLOW_BUNDLE = """\
-apiVersion: goondan.ai/v1
-kind: Model
-metadata: {name: m}
-spec:
-  provider: scripted
-  model: s
-  options:
-    rules:
-      - when: "slow"
-        steps:
-          - call: slow__run
-            args: {}
-          - reply: "finished"
----
-apiVersion: goondan.ai/v1
-kind: Tool
-metadata: {name: slow}
-spec:
-  entry: ./slow.py
-  exports:
-    - name: run
-      description: sleeps for the time in the file `delay` of the bundle
-      parameters: {type: object, properties: {}}
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: solo}
-spec:
-  modelConfig: {modelRef: Model/m}
-  tools: [{ref: Tool/slow}]
----
-apiVersion: goondan.ai/v1
-kind: Swarm
-metadata: {name: default}
-spec:
-  entryAgent: Agent/solo
-  agents: [{ref: Agent/solo}]
-  policy: {shutdown: {gracePeriodSeconds: GRACE}}
-"""
 SLOW = """\
 import time
 from pathlib import Path
@@ -248,8 +134,9 @@ def _slow_daemon(start_daemon, tmp_path, grace, delay):
 
     from tests.e2e.conftest import GOONDAN
 
-    bundle = write_bundle(
-        tmp_path / "b", SLOW_BUNDLE.replace("GRACE", str(grace)), {"slow.py": SLOW, "delay": delay}
+    slow = {"when": "slow", "steps": [{"call": "slow__run"}, {"reply": "finished"}]}
+    bundle = solo_bundle(
+        tmp_path / "b", rules=[slow], tool="slow", code=SLOW, grace_s=grace, files={"delay": delay}
     )
     daemon = start_daemon(bundle)
     assert daemon.send("warm up").returncode == 0  # the agent is running
