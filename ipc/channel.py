@@ -74,7 +74,10 @@ class Channel:
                 self.sock.send_multipart(frames, zmq.NOBLOCK)
             except zmq.Again:
                 self._outbox.append(frames)
-        self._schedule_drain()
+        # The send may have consumed the fd's "readable" edge: look now (cheaper than a
+        # callback), and drain on the next loop turn only if something is waiting.
+        if self._outbox or int(self.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+            self._schedule_drain()
 
     def _schedule_drain(self) -> None:
         if not self._drain_scheduled and not self._closed:
