@@ -81,6 +81,8 @@ class Daemon:
         self._log = structlog.get_logger().bind(swarm=self.swarm.name)
         self.started_at = time.time()
         self.input_trace_id: str | None = None  # of `run --input`, for its transcript
+        # Shows what a `run --input` turn streams (text, tool progress), when set.
+        self.on_update: Callable[[wire.TurnUpdate], None] | None = None
         self._stopping = False
         self._fingerprints = self._fingerprint(bundle, self.swarm)
         self._reload_lock = asyncio.Lock()
@@ -469,9 +471,15 @@ class Daemon:
     def _forward_update(self, env: wire.Envelope) -> None:
         """Streamed text / tool progress of a turn, to a CLI client waiting on it."""
         pending = self.router.pending.get(env.correlation_id or "")
-        if pending is None or pending.requester.channel != "control":
-            return  # only a terminal shows these; agents and connectors get the answer
+        if pending is None:
+            return
         requester = pending.requester
+        if requester.channel == "local":  # `goondan run --input`
+            if self.on_update is not None:
+                self.on_update(wire.decode_payload(env, wire.TurnUpdate))
+            return
+        if requester.channel != "control":
+            return  # only a terminal shows these; agents and connectors get the answer
         forwarded = msgspec.structs.replace(env, correlation_id=requester.correlation_id)
         try:
             self.control.send([requester.identity, wire.encode_envelope(forwarded)])

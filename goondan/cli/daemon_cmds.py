@@ -39,7 +39,7 @@ def dispatch(args: argparse.Namespace) -> int:
 
 def _send(client: ControlClient, args: argparse.Namespace) -> int:
     show = (
-        _LiveView()
+        LiveView()
         if args.stream == "on" or (args.stream == "auto" and sys.stdout.isatty())
         else None
     )
@@ -64,7 +64,7 @@ def _send(client: ControlClient, args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
-class _LiveView:
+class LiveView:
     """A turn as it happens: streamed text on stdout, tool progress on stderr."""
 
     def __init__(self) -> None:

@@ -9,6 +9,7 @@ import sys
 import uvloop
 
 from goondan.bundle import BundleInvalid, load_bundle
+from goondan.cli.daemon_cmds import LiveView
 from goondan.cli.transcript import render_transcript
 from goondan.logs import configure_logging
 from goondan.paths import StatePaths
@@ -43,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
     except LookupError as exc:
         print(f"goondan: {exc}", file=sys.stderr)
         return 1
+    live = LiveView() if args.input and sys.stdout.isatty() and not args.transcript else None
+    daemon.on_update = live.update if live else None
     try:
         code, answer = uvloop.run(daemon.serve(args.input))
     except (AlreadyRunning, EndpointError) as exc:
@@ -52,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
         print(render_transcript(daemon.paths, daemon.swarm.name, daemon.input_trace_id))
         print()
     if answer is not None:
-        stream = sys.stdout if code == 0 else sys.stderr
-        print(answer, file=stream)
+        if live is not None and live.streamed and code == 0:
+            print()  # the answer is on screen already
+        else:
+            print(answer, file=sys.stdout if code == 0 else sys.stderr)
     return code

@@ -144,3 +144,40 @@ def test_send_streams_the_reply_and_tool_progress(start_daemon, tmp_path, server
     server.queue_reply(chunks=["plain ", "answer"])
     quiet = daemon.send("again")
     assert quiet.stdout == "plain answer\n" and quiet.stderr == ""
+
+
+def test_run_input_streams_on_a_terminal(tmp_path, server, state_root):
+    import os
+    import subprocess
+
+    from tests.e2e.conftest import GOONDAN
+
+    bundle = write_bundle(
+        tmp_path / "b", STREAMING % {"endpoint": server.base_url}, {"calc.py": CALC}
+    )
+    # Step 1 streams a remark and calls a tool; step 2 streams the answer. The answer alone is
+    # "done": seeing the remark proves the text was shown as it streamed.
+    calc = [{"name": "calc__add", "arguments": {"a": 1, "b": 2}}]
+    server.queue_reply(chunks=["let me ", "add. "], tool_calls=calc)
+    server.queue_reply(chunks=["done"])
+    primary, secondary = os.openpty()  # stdout is a terminal, as for a person at a shell
+    proc = subprocess.Popen(
+        [*GOONDAN, "run", str(bundle), "--state-root", str(state_root), "--input", "count"],
+        stdout=secondary,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "FAKE_OPENAI_KEY": "sk-test"},
+    )
+    os.close(secondary)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(primary, 4096)
+        except OSError:  # EIO: the terminal closed
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(primary)
+    assert proc.wait(30) == 0
+    assert output.replace(b"\r\n", b"\n") == b"let me add. done\n"  # streamed, shown once
+    assert server.requests[-1]["stream"] is True
