@@ -166,6 +166,7 @@ class ZygoteLauncher:
         self._ids = itertools.count(1)
         self._launches: dict[int, asyncio.Future[ZygoteChild]] = {}
         self._children: dict[int, ZygoteChild] = {}
+        self._closing = False
         self._log = structlog.get_logger().bind(component="zygote")
 
     async def start(self) -> None:
@@ -213,6 +214,7 @@ class ZygoteLauncher:
             self._launches.pop(request_id, None)
 
     async def aclose(self) -> None:
+        self._closing = True
         process = self._process
         if process is None or process.stdin is None:
             return
@@ -231,7 +233,10 @@ class ZygoteLauncher:
         await process.wait()
         if self._process is process:
             self._process = None
-        self._log.warning("template process exited", code=process.returncode)
+        if self._closing:
+            self._log.debug("template process exited", code=process.returncode)
+        else:  # its agents died with it; the next launch starts a new template
+            self._log.warning("template process exited", code=process.returncode)
         for child in self._children.values():
             if not child.exit.done():
                 child.exit.set_result(-signal.SIGKILL)
