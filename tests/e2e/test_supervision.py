@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from pathlib import Path
 
 from agentproc.conversation import read_messages
 from tests.e2e.conftest import QUICKSTART, pid_alive, solo_bundle, wait_for, write_bundle
@@ -177,3 +178,31 @@ def test_stop_kills_an_agent_that_outlives_the_grace_period(start_daemon, tmp_pa
 
     [kept] = Journal(daemon.state_root / "run" / "journal.jsonl").recover()
     assert b"slow" in kept.frame
+
+
+def test_a_killed_template_process_is_replaced(start_daemon):
+    daemon = start_daemon()
+    assert daemon.send("What is 1 plus 1?").returncode == 0
+    agents = [p["pid"] for p in daemon.status()["processes"]]
+
+    def template_pid() -> int | None:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            if b"agentproc.zygote" in cmdline and parent == daemon.proc.pid:
+                return int(entry)
+        return None
+
+    template = template_pid()
+    assert template is not None
+    os.kill(template, signal.SIGKILL)
+    wait_for(lambda: not any(pid_alive(pid) for pid in agents), timeout=5)  # they die with it
+    again = daemon.send("What is 2 plus 2?")
+    assert again.returncode == 0 and again.stdout.startswith("2 plus 2 is 4")
+    assert template_pid() not in (None, template)
