@@ -33,19 +33,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.openai_server import (
-    _AioServer,
-    _Recorded,
-    _Script,
-    _ServerThread,
-    _slices,
-    _words,
-)
+from tests.fakes._llm_fake import LlmServer, Reply, ScriptingApi, ServerThread, slices, words
 
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 
@@ -63,41 +55,18 @@ _ERROR_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class _Reply:
-    text: str | None
-    tool_calls: tuple[dict[str, Any], ...]
-    stop_reason: str | None
-    usage: tuple[int, int] | None
-    delay_seconds: float = 0.0
-    chunks: tuple[str, ...] | None = None
-    cut_after: int | None = None
-    first_chunk_delay_seconds: float = 0.0
-    stream_error: tuple[str, str] | None = None  # (type, message) sent at `cut_after`
-
-
-@dataclass(frozen=True)
-class _Raw:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_seconds: float = 0.0
-
-
-class _AnthropicScripting(_Recorded):
-    _port: int | None
+class _AnthropicScripting(ScriptingApi):
+    """The methods tests call; shared by the in-loop and the thread runner."""
 
     @property
     def base_url(self) -> str:
         """`http://127.0.0.1:PORT`, the value for `Model.spec.endpoint` (the SDK adds `/v1`)."""
-        if self._port is None:
-            raise RuntimeError("the fake Anthropic server is not running")
-        return f"http://127.0.0.1:{self._port}"
+        return self.root_url
 
     @property
     def api_keys(self) -> list[str | None]:
         """Each request's API key (None when absent), parallel to `requests`."""
-        return [_api_key(h) for h in self._script.snapshot()[1]]
+        return [_api_key(h) for h in self.request_headers]
 
     def queue_reply(
         self,
@@ -122,22 +91,18 @@ class _AnthropicScripting(_Recorded):
         the connection, or, with `stream_error=(type, message)`, sends that `error` event.
         `first_chunk_delay_seconds` sends the headers at once and the first event that late.
         """
-        if chunks is not None and text is None:
-            text = "".join(chunks)
         if stream_error is not None and cut_after is None:
             raise ValueError("stream_error needs cut_after: the event count before the error")
-        self._script.push(
-            _Reply(
-                text,
-                tuple(dict(c) for c in tool_calls),
-                stop_reason,
-                usage,
-                delay_seconds,
-                tuple(chunks) if chunks is not None else None,
-                cut_after,
-                first_chunk_delay_seconds,
-                stream_error,
-            )
+        self._queue_reply(
+            text,
+            tool_calls,
+            stop=stop_reason,
+            usage=usage,
+            delay_seconds=delay_seconds,
+            chunks=chunks,
+            cut_after=cut_after,
+            first_chunk_delay_seconds=first_chunk_delay_seconds,
+            stream_error=stream_error,
         )
 
     def queue_error(
@@ -160,46 +125,22 @@ class _AnthropicScripting(_Recorded):
             )
         self.queue_raw(status, body, headers=headers, delay_seconds=delay_seconds)
 
-    def queue_raw(
-        self,
-        status: int,
-        body: Any,
-        *,
-        headers: Mapping[str, str] | None = None,
-        delay_seconds: float = 0.0,
-    ) -> None:
-        """Script the next response verbatim: a dict body as JSON, a str as text/plain."""
-        self._script.push(_Raw(status, body, dict(headers or {}), delay_seconds))
 
-
-class FakeAnthropicServer(_AnthropicScripting, _AioServer):
+class FakeAnthropicServer(LlmServer, _AnthropicScripting):
     """The server in the current event loop: `async with FakeAnthropicServer() as server:`."""
 
     def __init__(self, *, api_key: str | None = None, validate: bool = True) -> None:
-        _AioServer.__init__(self)
-        self._script: _Script[_Reply | _Raw] = _Script()
+        super().__init__()
         self._api_key = api_key
         self._validate = validate
 
     def _routes(self, app: web.Application) -> None:
-        app.router.add_post("/v1/messages", self._messages)
+        app.router.add_post("/v1/messages", self._serve)
 
-    async def __aenter__(self) -> FakeAnthropicServer:
-        await self.start()
-        return self
+    def _bad_request(self, message: str) -> web.Response:
+        return _error(400, "invalid_request_error", message)
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def _messages(self, request: web.Request) -> web.StreamResponse:
-        try:
-            body = await request.json()
-        except json.JSONDecodeError:
-            return _error(400, "invalid_request_error", "request body is not valid JSON")
-        if not isinstance(body, dict):
-            return _error(400, "invalid_request_error", "request body must be an object")
-        headers = {name.lower(): value for name, value in request.headers.items()}
-        self._script.record(body, headers)
+    def _refuse(self, body: dict[str, Any], headers: dict[str, str]) -> web.Response | None:
         key = _api_key(headers)
         if not key:
             return _error(401, "authentication_error", "x-api-key header is required")
@@ -207,43 +148,46 @@ class FakeAnthropicServer(_AnthropicScripting, _AioServer):
             return _error(401, "authentication_error", "invalid x-api-key")
         if "anthropic-version" not in headers:
             return _error(400, "invalid_request_error", "anthropic-version: header is required")
-        if self._validate:
-            problem = _check_body(body)
-            if problem is not None:
-                return _error(400, "invalid_request_error", problem)
-        scripted = self._script.pop()
-        if scripted is None:
-            scripted = _Reply(f"echo: {_last_user_text(body)}", (), None, None)
-        if scripted.delay_seconds and await self._closed_during(scripted.delay_seconds):
-            return _error(529, "overloaded_error", "the fake server is shutting down")
-        if isinstance(scripted, _Raw):
-            if isinstance(scripted.body, str):
-                return web.Response(
-                    status=scripted.status, text=scripted.body, headers=scripted.headers
-                )
-            return web.json_response(
-                scripted.body, status=scripted.status, headers=scripted.headers
-            )
+        problem = _check_body(body) if self._validate else None
+        return None if problem is None else _error(400, "invalid_request_error", problem)
+
+    def _shutting_down(self) -> web.Response:
+        return _error(529, "overloaded_error", "the fake server is shutting down")
+
+    def _last_user_text(self, body: dict[str, Any]) -> str:
+        for message in reversed(body.get("messages") or ()):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                if isinstance(content, str):
+                    return content
+                if isinstance(content, list):
+                    texts = [b.get("text", "") for b in content if isinstance(b, dict)]
+                    return " ".join(t for t in texts if t)
+        return ""
+
+    async def _answer(
+        self, request: web.Request, body: dict[str, Any], reply: Reply
+    ) -> web.StreamResponse:
         number = self._script.next_id()
         if body.get("stream"):
-            events = self._events(body, scripted, number)
-            cut_after = scripted.cut_after
-            if scripted.stream_error is not None and cut_after is not None:
-                kind, message = scripted.stream_error
+            events = self._events(body, reply, number)
+            cut_after = reply.cut_after
+            if reply.stream_error is not None and cut_after is not None:
+                kind, message = reply.stream_error
                 events = [*events[:cut_after], _sse("error", _error_body(kind, message))]
                 cut_after = None
             return await self._stream_sse(
                 request,
                 events,
                 cut_after=cut_after,
-                first_delay=scripted.first_chunk_delay_seconds,
+                first_delay=reply.first_chunk_delay_seconds,
             )
         try:
-            return web.json_response(self._message(body, scripted, number))
+            return web.json_response(self._message(body, reply, number))
         except ValueError as exc:
             return _error(500, "api_error", f"fake server script error: {exc}")
 
-    def _message(self, body: dict[str, Any], reply: _Reply, number: int) -> dict[str, Any]:
+    def _message(self, body: dict[str, Any], reply: Reply, number: int) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
         if reply.text:
             content.append({"type": "text", "text": reply.text})
@@ -271,7 +215,7 @@ class FakeAnthropicServer(_AnthropicScripting, _AioServer):
             "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
         }
 
-    def _events(self, body: dict[str, Any], reply: _Reply, number: int) -> list[bytes]:
+    def _events(self, body: dict[str, Any], reply: Reply, number: int) -> list[bytes]:
         input_tokens, output_tokens = self._usage(body, reply)
         events = [
             _sse(
@@ -294,7 +238,7 @@ class FakeAnthropicServer(_AnthropicScripting, _AioServer):
         ]
         index = 0
         if reply.text:
-            pieces = reply.chunks if reply.chunks is not None else _words(reply.text)
+            pieces = reply.chunks if reply.chunks is not None else words(reply.text)
             events.append(_block_start(index, {"type": "text", "text": ""}))
             events += [
                 _block_delta(index, {"type": "text_delta", "text": piece}) for piece in pieces
@@ -313,7 +257,7 @@ class FakeAnthropicServer(_AnthropicScripting, _AioServer):
             }
             events.append(_block_start(index, block))
             # The real API opens with an empty partial_json, then sends the JSON in pieces.
-            pieces = ["", *_slices(arguments, 6)] if arguments else [""]
+            pieces = ["", *slices(arguments, 6)] if arguments else [""]
             events += [
                 _block_delta(index, {"type": "input_json_delta", "partial_json": piece})
                 for piece in pieces
@@ -333,7 +277,7 @@ class FakeAnthropicServer(_AnthropicScripting, _AioServer):
         events.append(_sse("message_stop", {"type": "message_stop"}))
         return events
 
-    def _usage(self, body: dict[str, Any], reply: _Reply) -> tuple[int, int]:
+    def _usage(self, body: dict[str, Any], reply: Reply) -> tuple[int, int]:
         if reply.usage is not None:
             return reply.usage
         words = _words_in(body.get("system"))
@@ -343,22 +287,15 @@ class FakeAnthropicServer(_AnthropicScripting, _AioServer):
         return words, _words_in(reply.text)
 
 
-class FakeAnthropicServerThread(_ServerThread, _AnthropicScripting):
+class FakeAnthropicServerThread(ServerThread, _AnthropicScripting):
     """The server on its own event loop in a daemon thread:
-    `with FakeAnthropicServerThread() as server:`. Scripting methods may be called from any
-    thread."""
+    `with FakeAnthropicServerThread() as server:`, for a model client in another process, or in
+    sync code."""
 
     def __init__(self, *, api_key: str | None = None, validate: bool = True) -> None:
-        server = FakeAnthropicServer(api_key=api_key, validate=validate)
-        _ServerThread.__init__(self, server, "fake-anthropic-server")
-        self._script = server._script
-
-    def __enter__(self) -> FakeAnthropicServerThread:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        super().__init__(
+            FakeAnthropicServer(api_key=api_key, validate=validate), "fake-anthropic-server"
+        )
 
 
 def _api_key(headers: Mapping[str, str]) -> str | None:
@@ -439,8 +376,8 @@ def _check_body(body: dict[str, Any]) -> str | None:
     return None
 
 
-def _stop_reason(reply: _Reply) -> str:
-    return reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+def _stop_reason(reply: Reply) -> str:
+    return reply.stop or ("tool_use" if reply.tool_calls else "end_turn")
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -483,15 +420,3 @@ def _words_in(content: Any) -> int:
                     total += _words_in(block.get(key))
         return total
     return 0
-
-
-def _last_user_text(body: dict[str, Any]) -> str:
-    for message in reversed(body.get("messages") or ()):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                texts = [b.get("text", "") for b in content if isinstance(b, dict)]
-                return " ".join(t for t in texts if t)
-    return ""

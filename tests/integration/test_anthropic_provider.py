@@ -3,31 +3,23 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from agentproc.messages import (
-    Message,
-    ModelError,
-    ModelReply,
-    ModelRequest,
-    ToolCall,
-    ToolDefinition,
-    Usage,
-)
-from agentproc.providers import Provider, make_provider
-from goondan.bundle.model import ModelCapabilities, ModelSpec
+from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
+from agentproc.providers import Provider
 from tests.fakes.anthropic_server import FakeAnthropicServer, FakeAnthropicServerThread
+from tests.integration.provider_testkit import (
+    BASH,
+    ask,
+    closed_port,
+    complete,
+    make_test_provider,
+)
 
 KEY = "sk-ant-test"
-BASH = ToolDefinition(
-    name="bash",
-    description="Run a shell command",
-    parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
-)
 
 
 @pytest.fixture
@@ -39,30 +31,8 @@ async def server() -> AsyncIterator[FakeAnthropicServer]:
 def provider_for(
     endpoint: str | None, api_key: str | None = KEY, *, streaming: bool = False, **options: Any
 ) -> Provider:
-    spec = ModelSpec(
-        provider="anthropic",
-        model="claude-test",
-        endpoint=endpoint,
-        options={"maxRetries": 0, "retryBaseDelayMs": 1, **options},
-        capabilities=ModelCapabilities(streaming=streaming),
-    )
-    return make_provider(spec, api_key)
-
-
-async def complete(
-    provider: Provider, request: ModelRequest, seen: list[str] | None = None
-) -> ModelReply:
-    try:
-        if seen is None:
-            return await provider.complete(request)
-        return await provider.complete(request, on_text=seen.append)
-    finally:
-        await provider.aclose()
-
-
-def ask(text: str = "hi", **params: Any) -> ModelRequest:
-    return ModelRequest(
-        messages=[Message(id="u1", role="user", content=text)], tools=[], params=params
+    return make_test_provider(
+        "anthropic", "claude-test", endpoint, api_key, streaming=streaming, **options
     )
 
 
@@ -333,9 +303,7 @@ async def test_endpoint_with_v1_suffix_works(server: FakeAnthropicServer) -> Non
 
 
 async def test_unreachable_endpoint_names_it() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = closed_port()
 
     with pytest.raises(ModelError) as caught:
         await complete(provider_for(f"http://127.0.0.1:{port}"), ask())

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from tests.fakes.fake_orchestrator import FakeOrchestrator, write_bundle
-from tests.fakes.telegram_bot_api import FakeBotApi
+from tests.fakes.telegram_server import FakeTelegramServer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,15 +35,20 @@ spec:
 
 
 async def test_telegram_offsets_429_backoff_bots_ignored_and_replies_posted() -> None:
-    async with FakeOrchestrator() as orch, FakeBotApi(token=TOKEN) as api:
+    async with FakeOrchestrator() as orch, FakeTelegramServer(token=TOKEN) as api:
         api.rate_limit("getUpdates", retry_after=1)
-        hello = api.add_message(42, "hello")
-        api.add_message(42, "I am a bot", is_bot=True)
-        photo = api.add_message(43, None, caption="look", photo=[
-            {"file_id": "small", "width": 90, "height": 90},
-            {"file_id": "big", "width": 800, "height": 600},
-        ])
-        edited = api.add_update(edited_message={"message_id": 1, "chat": {"id": 42}})
+        hello = api.push_update_message(42, "hello")
+        api.push_update_message(42, "I am a bot", is_bot=True)
+        photo = api.push_update_message(
+            43,
+            None,
+            caption="look",
+            photo=[
+                {"file_id": "small", "width": 90, "height": 90},
+                {"file_id": "big", "width": 800, "height": 600},
+            ],
+        )
+        edited = api.push_update(edited_message={"message_id": 1, "chat": {"id": 42}})
         write_bundle(orch.dir / "b", CONNECTION)
         proc = await orch.spawn("tg", orch.dir / "b", {"TG_API": api.base_url, "TG_TOKEN": TOKEN})
         await orch.wait_ready("tg", proc)
@@ -52,9 +57,15 @@ async def test_telegram_offsets_429_backoff_bots_ignored_and_replies_posted() ->
         assert first.name == "telegram_message" and first.message.text == "hello"
         assert first.instance_key == "telegram:42" and first.reply
         assert first.properties == {
-            "update_id": str(hello), "chat_id": "42", "chat_type": "private",
-            "chat_username": "alice", "message_id": "1", "date": "1700000000", "from_id": "7",
-            "from_username": "alice", "from_first_name": "Alice",
+            "update_id": str(hello),
+            "chat_id": "42",
+            "chat_type": "private",
+            "chat_username": "alice",
+            "message_id": "1",
+            "date": "1700000000",
+            "from_id": "7",
+            "from_username": "alice",
+            "from_first_name": "Alice",
         }
         assert second.instance_key == "telegram:43"
         assert second.message.text == "look\n[telegram_photo] file_id=big"
@@ -62,7 +73,7 @@ async def test_telegram_offsets_429_backoff_bots_ignored_and_replies_posted() ->
         assert second.properties["photo_file_id"] == "big"
         assert second.properties["update_id"] == str(photo)
 
-        later = api.add_message(42, "again")  # arrives while the connector long-polls
+        later = api.push_update_message(42, "again")  # arrives while the connector long-polls
         assert (await orch.wait_events(3, proc=proc))[2].message.text == "again"
         for _ in range(100):
             if len(api.calls_of("sendMessage")) == 3:
@@ -90,12 +101,12 @@ async def test_telegram_offsets_429_backoff_bots_ignored_and_replies_posted() ->
 
 
 async def test_telegram_confirms_the_last_batch_when_stopping() -> None:
-    async with FakeOrchestrator() as orch, FakeBotApi(token=TOKEN) as api:
+    async with FakeOrchestrator() as orch, FakeTelegramServer(token=TOKEN) as api:
         write_bundle(orch.dir / "b", CONNECTION.replace('value: "true"', 'value: "false"'))
         orch.ack_delay_s = 0.5  # the stop arrives while the event waits for its ack
         proc = await orch.spawn("tg", orch.dir / "b", {"TG_API": api.base_url, "TG_TOKEN": TOKEN})
         await orch.wait_ready("tg", proc)
-        update = api.add_message(42, "last words")
+        update = api.push_update_message(42, "last words")
         await orch.wait_events(1, proc=proc)
         await orch.stop("tg", proc)
         last = api.calls_of("getUpdates")[-1]
@@ -104,10 +115,11 @@ async def test_telegram_confirms_the_last_batch_when_stopping() -> None:
 
 
 async def test_telegram_rejected_or_missing_token_is_a_start_error() -> None:
-    async with FakeOrchestrator() as orch, FakeBotApi(token=TOKEN) as api:
+    async with FakeOrchestrator() as orch, FakeTelegramServer(token=TOKEN) as api:
         write_bundle(orch.dir / "b", CONNECTION)
-        proc = await orch.spawn("tg", orch.dir / "b",
-                                {"TG_API": api.base_url, "TG_TOKEN": "999:wrong-token-value"})
+        proc = await orch.spawn(
+            "tg", orch.dir / "b", {"TG_API": api.base_url, "TG_TOKEN": "999:wrong-token-value"}
+        )
         error = await orch.wait_start_error("tg")
         assert await proc.wait() == 3
         assert "rejected the token" in error.message

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from agentproc.messages import Message, ModelError, ModelReply, ModelRequest
+from agentproc.messages import ModelError
 from agentproc.providers import Provider, make_provider
 from goondan.bundle.model import ModelCapabilities, ModelSpec
 from tests.fakes.anthropic_server import FakeAnthropicServer
 from tests.fakes.openai_server import FakeOpenAIServer
+from tests.integration.provider_testkit import ask, complete
 
 KEY = "sk-test"
 # Fast retries for tests: 1 ms base delay (the backoff itself is unit-tested).
@@ -52,21 +53,6 @@ async def fake(request: pytest.FixtureRequest) -> AsyncIterator[Fake]:
     server = FakeOpenAIServer() if request.param == "openai" else FakeAnthropicServer()
     async with server:
         yield Fake(request.param, server)
-
-
-def ask(text: str = "hi") -> ModelRequest:
-    return ModelRequest(messages=[Message(id="u1", role="user", content=text)], tools=[])
-
-
-async def complete(
-    provider: Provider, request: ModelRequest | None = None, seen: list[str] | None = None
-) -> ModelReply:
-    try:
-        if seen is None:
-            return await provider.complete(request or ask())
-        return await provider.complete(request or ask(), on_text=seen.append)
-    finally:
-        await provider.aclose()
 
 
 def retries(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from agentproc.messages import (
-    Message,
-    ModelError,
-    ModelRequest,
-    ToolCall,
-    ToolDefinition,
-    Usage,
-)
-from agentproc.providers import Provider, make_provider
-from goondan.bundle.model import ModelCapabilities, ModelSpec
+from agentproc.messages import Message, ModelError, ModelRequest, ToolCall, Usage
+from agentproc.providers import Provider
 from tests.fakes.openai_server import FakeOpenAIServer, FakeOpenAIServerThread
+from tests.integration.provider_testkit import (
+    BASH,
+    ask,
+    closed_port,
+    complete,
+    make_test_provider,
+)
 
 KEY = "sk-test-123"
-BASH = ToolDefinition(
-    name="bash",
-    description="Run a shell command",
-    parameters={"type": "object", "properties": {"cmd": {"type": "string"}}},
-)
 
 
 @pytest.fixture
@@ -38,34 +31,9 @@ async def server() -> AsyncIterator[FakeOpenAIServer]:
 def provider_for(
     endpoint: str | None, api_key: str | None = KEY, *, streaming: bool = False, **options: Any
 ) -> Provider:
-    # maxRetries 0 unless a test is about retries: error tests must see one attempt, fast.
-    spec = ModelSpec(
-        provider="openai",
-        model="gpt-test",
-        endpoint=endpoint,
-        options={"maxRetries": 0, "retryBaseDelayMs": 1, **options},
-        capabilities=ModelCapabilities(streaming=streaming),
+    return make_test_provider(
+        "openai", "gpt-test", endpoint, api_key, streaming=streaming, **options
     )
-    return make_provider(spec, api_key)
-
-
-async def complete(provider: Provider, request: ModelRequest) -> Any:
-    try:
-        return await provider.complete(request)
-    finally:
-        await provider.aclose()
-
-
-def ask(text: str = "hi", **params: Any) -> ModelRequest:
-    return ModelRequest(
-        messages=[Message(id="u1", role="user", content=text)], tools=[], params=params
-    )
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_text_reply(server: FakeOpenAIServer) -> None:
@@ -385,7 +353,7 @@ async def test_streaming_text_reaches_on_text_in_order(server: FakeOpenAIServer)
     server.queue_reply(chunks=["Hel", "lo ", "there", "!"], usage=(7, 4))
     seen: list[str] = []
 
-    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), seen)
+    reply = await complete(provider_for(server.base_url, streaming=True), ask(), seen)
 
     assert seen == ["Hel", "lo ", "there", "!"]
     assert reply.text == "Hello there!"
@@ -407,7 +375,7 @@ async def test_streaming_assembles_tool_call_deltas(server: FakeOpenAIServer) ->
     )
     seen: list[str] = []
 
-    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), seen)
+    reply = await complete(provider_for(server.base_url, streaming=True), ask(), seen)
 
     assert "".join(seen) == "Let me look."
     assert reply.text == "Let me look."
@@ -421,7 +389,7 @@ async def test_streaming_assembles_tool_call_deltas(server: FakeOpenAIServer) ->
 async def test_streaming_passes_malformed_arguments_through(server: FakeOpenAIServer) -> None:
     server.queue_reply(tool_calls=[{"id": "call_x", "name": "bash", "arguments": '{"cmd": "ls'}])
 
-    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+    reply = await complete(provider_for(server.base_url, streaming=True), ask(), [])
 
     assert reply.text is None
     assert reply.tool_calls == (ToolCall(id="call_x", name="bash", arguments='{"cmd": "ls'),)
@@ -458,7 +426,7 @@ async def test_streaming_without_usage_chunk_or_call_ids(server: FakeOpenAIServe
     stream = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
     server.queue_raw(200, stream, headers={"Content-Type": "text/event-stream"})
 
-    reply = await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+    reply = await complete(provider_for(server.base_url, streaming=True), ask(), [])
 
     assert [(c.name, c.arguments) for c in reply.tool_calls] == [("bash", '{"cmd": "ls"}')]
     assert reply.tool_calls[0].id
@@ -469,7 +437,7 @@ async def test_stream_cut_mid_way_is_a_retryable_interruption(server: FakeOpenAI
     server.queue_reply(text="one two three four five", cut_after=3)
 
     with pytest.raises(ModelError) as caught:
-        await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+        await complete(provider_for(server.base_url, streaming=True), ask(), [])
 
     assert (caught.value.code, caught.value.retryable) == ("E_MODEL_STREAM_INTERRUPTED", True)
     assert "broke off the stream" in str(caught.value)
@@ -481,13 +449,6 @@ async def test_streaming_errors_before_the_stream_map_like_json_ones(
     server.queue_error(401, "Incorrect API key provided.")
 
     with pytest.raises(ModelError) as caught:
-        await complete_streaming(provider_for(server.base_url, streaming=True), ask(), [])
+        await complete(provider_for(server.base_url, streaming=True), ask(), [])
 
     assert (caught.value.code, caught.value.retryable) == ("E_MODEL_AUTH", False)
-
-
-async def complete_streaming(provider: Provider, request: ModelRequest, seen: list[str]) -> Any:
-    try:
-        return await provider.complete(request, on_text=seen.append)
-    finally:
-        await provider.aclose()

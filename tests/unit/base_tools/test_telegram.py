@@ -76,7 +76,7 @@ async def test_parse_mode_aliases(
 
 
 async def test_reply_to(ctx: ToolContext, tg: FakeTelegramServer) -> None:
-    first = tg.add_message(CHAT, "question")
+    first = tg.seed_chat_message(CHAT, "question")
     await handlers["send"](ctx, base(tg, chatId=CHAT, text="answer", replyToMessageId=first))
     with pytest.raises(ToolError) as info:
         await handlers["send"](ctx, base(tg, chatId=CHAT, text="answer", replyToMessageId=999))
@@ -91,7 +91,7 @@ async def test_reply_to(ctx: ToolContext, tg: FakeTelegramServer) -> None:
 
 
 async def test_edit(ctx: ToolContext, tg: FakeTelegramServer) -> None:
-    message = tg.add_message(CHAT, "draft")
+    message = tg.seed_chat_message(CHAT, "draft")
     out = await handlers["edit"](
         ctx, base(tg, chatId=CHAT, messageId=message, text="final", parseMode="HTML")
     )
@@ -105,7 +105,7 @@ async def test_edit(ctx: ToolContext, tg: FakeTelegramServer) -> None:
 
 
 async def test_delete(ctx: ToolContext, tg: FakeTelegramServer) -> None:
-    message = tg.add_message(CHAT, "oops")
+    message = tg.seed_chat_message(CHAT, "oops")
     assert await handlers["delete"](ctx, base(tg, chatId=CHAT, messageId=message)) == {
         "ok": True,
         "chatId": CHAT,
@@ -121,7 +121,7 @@ async def test_delete(ctx: ToolContext, tg: FakeTelegramServer) -> None:
 
 
 async def test_react_set_and_clear(ctx: ToolContext, tg: FakeTelegramServer) -> None:
-    message = tg.add_message(CHAT, "nice")
+    message = tg.seed_chat_message(CHAT, "nice")
     out = await handlers["react"](
         ctx, base(tg, chatId=CHAT, messageId=message, emoji="👍", emojis=["🔥", "👍"], isBig=True)
     )
@@ -140,7 +140,7 @@ async def test_react_set_and_clear(ctx: ToolContext, tg: FakeTelegramServer) -> 
 
 
 async def test_react_errors(ctx: ToolContext, tg: FakeTelegramServer) -> None:
-    message = tg.add_message(CHAT, "nice")
+    message = tg.seed_chat_message(CHAT, "nice")
     with pytest.raises(ToolError) as none:
         await handlers["react"](ctx, base(tg, chatId=CHAT, messageId=message))
     assert none.value.code == "E_TOOL_INVALID_ARGS" and "clear=true" in str(none.value)
