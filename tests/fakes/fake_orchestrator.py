@@ -138,8 +138,8 @@ class FakeOrchestrator:
         self.start_errors: dict[str, wire.ErrorInfo] = {}
         self.shutdown_acks: set[str] = set()
         self.refuse: Callable[[wire.ConnectorEvent], wire.ErrorInfo | None] = lambda e: None
-        self.answer: Callable[[wire.ConnectorEvent], str | wire.ErrorInfo] = (
-            lambda e: f"echo: {e.message.text}"
+        self.answer: Callable[[wire.ConnectorEvent], str | wire.ErrorInfo] = lambda e: (
+            f"echo: {e.message.text}"
         )
         self.answer_delay_s = 0.0
         self.ack_delay_s = 0.0
@@ -177,12 +177,19 @@ class FakeOrchestrator:
         log_path = self.dir / f"{connection}.{len(self._procs)}.log"
         log = open(log_path, "wb")  # noqa: SIM115 - closed by ConnectorProc.kill
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "orchestrator.connector_child",
-            "--connection", connection,
-            "--bundle", str(bundle),
-            "--endpoint", self.endpoint,
-            "--state-root", str(self.dir),
-            "--parent-pid", str(os.getpid()),
+            sys.executable,
+            "-m",
+            "orchestrator.connector_child",
+            "--connection",
+            connection,
+            "--bundle",
+            str(bundle),
+            "--endpoint",
+            self.endpoint,
+            "--state-root",
+            str(self.dir),
+            "--parent-pid",
+            str(os.getpid()),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log,
             stderr=log,
@@ -192,14 +199,17 @@ class FakeOrchestrator:
         self._procs.append(wrapped)
         return wrapped
 
-    async def wait_ready(self, connection: str, proc: ConnectorProc | None = None,
-                         timeout: float = 10.0) -> wire.Ready:
+    async def wait_ready(
+        self, connection: str, proc: ConnectorProc | None = None, timeout: float = 10.0
+    ) -> wire.Ready:
         identity = f"connection:{connection}"
-        await self._until(lambda: identity in self.ready or identity in self.start_errors,
-                          timeout, proc)
+        await self._until(
+            lambda: identity in self.ready or identity in self.start_errors, timeout, proc
+        )
         if identity not in self.ready:
-            raise AssertionError(f"start error: {self.start_errors[identity]}\n"
-                                 f"{proc.logs() if proc else ''}")
+            raise AssertionError(
+                f"start error: {self.start_errors[identity]}\n{proc.logs() if proc else ''}"
+            )
         return self.ready[identity]
 
     async def wait_start_error(self, connection: str, timeout: float = 10.0) -> wire.ErrorInfo:
@@ -207,14 +217,19 @@ class FakeOrchestrator:
         await self._until(lambda: identity in self.start_errors, timeout)
         return self.start_errors[identity]
 
-    async def wait_events(self, count: int, timeout: float = 10.0,
-                          proc: ConnectorProc | None = None) -> list[wire.ConnectorEvent]:
+    async def wait_events(
+        self, count: int, timeout: float = 10.0, proc: ConnectorProc | None = None
+    ) -> list[wire.ConnectorEvent]:
         await self._until(lambda: len(self.events) >= count, timeout, proc)
         return [event for _, event in self.events]
 
     async def shutdown(self, connection: str, grace_ms: int = 3000) -> None:
-        frame = wire.encode(wire.SHUTDOWN, wire.ORCHESTRATOR, f"connection:{connection}",
-                            wire.Shutdown("orchestrator_shutdown", grace_ms))
+        frame = wire.encode(
+            wire.SHUTDOWN,
+            wire.ORCHESTRATOR,
+            f"connection:{connection}",
+            wire.Shutdown("orchestrator_shutdown", grace_ms),
+        )
         await self.sock.send_multipart([f"connection:{connection}".encode(), frame])
 
     async def stop(self, connection: str, proc: ConnectorProc, grace_ms: int = 3000) -> int:
@@ -225,8 +240,9 @@ class FakeOrchestrator:
         assert code == 0, proc.logs()
         return code
 
-    async def _until(self, check: Callable[[], bool], timeout: float,
-                     proc: ConnectorProc | None = None) -> None:
+    async def _until(
+        self, check: Callable[[], bool], timeout: float, proc: ConnectorProc | None = None
+    ) -> None:
         deadline = time.monotonic() + timeout
         while not check():
             remaining = deadline - time.monotonic()
@@ -266,8 +282,9 @@ class FakeOrchestrator:
                     task.add_done_callback(self._tasks.discard)
             self._changed.set()
 
-    async def _answer(self, identity: bytes, env: wire.Envelope,
-                      event: wire.ConnectorEvent) -> None:
+    async def _answer(
+        self, identity: bytes, env: wire.Envelope, event: wire.ConnectorEvent
+    ) -> None:
         if self.ack_delay_s:
             await asyncio.sleep(self.ack_delay_s)
         error = self.refuse(event)
@@ -284,14 +301,15 @@ class FakeOrchestrator:
         answer = self.answer(event)
         result: Any
         if isinstance(answer, wire.ErrorInfo):
-            result = wire.DelegateResult("error", self.agent, error=answer,
-                                         instance_key=event.instance_key)
+            result = wire.DelegateResult(
+                "error", self.agent, error=answer, instance_key=event.instance_key
+            )
         else:
-            result = wire.DelegateResult("ok", self.agent, answer,
-                                         instance_key=event.instance_key)
+            result = wire.DelegateResult("ok", self.agent, answer, instance_key=event.instance_key)
         await self._send(identity, wire.DELEGATE_RESULT, result, env.correlation_id)
 
     async def _send(self, identity: bytes, type_: str, payload: Any, cid: str | None) -> None:
-        frame = wire.encode(type_, wire.ORCHESTRATOR, identity.decode(), payload,
-                            correlation_id=cid)
+        frame = wire.encode(
+            type_, wire.ORCHESTRATOR, identity.decode(), payload, correlation_id=cid
+        )
         await self.sock.send_multipart([identity, frame])

@@ -46,8 +46,14 @@ async def test_cli_reads_a_file_line_by_line_and_ends_at_eof() -> None:
         lines = [
             "hello there",
             "",
-            json.dumps({"event": "custom", "text": "from json", "instanceKey": "k1",
-                        "properties": {"n": 2, "flag": False, "skip": [1]}}),
+            json.dumps(
+                {
+                    "event": "custom",
+                    "text": "from json",
+                    "instanceKey": "k1",
+                    "properties": {"n": 2, "flag": False, "skip": [1]},
+                }
+            ),
             "   ",
             "{not json",
         ]
@@ -68,8 +74,9 @@ async def test_cli_fifo_stays_open_and_writes_replies() -> None:
         write_bundle(orch.dir / "b", CONNECTIONS)
         fifo, out = orch.dir / "in.fifo", orch.dir / "out.txt"
         os.mkfifo(fifo)
-        proc = await orch.spawn("cli-fifo", orch.dir / "b",
-                                {"CLI_INPUT": str(fifo), "CLI_OUTPUT": str(out)})
+        proc = await orch.spawn(
+            "cli-fifo", orch.dir / "b", {"CLI_INPUT": str(fifo), "CLI_OUTPUT": str(out)}
+        )
         await orch.wait_ready("cli-fifo", proc)
         for text in ("first", "second"):  # two writers, one after the other
             with open(fifo, "w") as writer:

@@ -55,19 +55,31 @@ spec:
 """
 
 COMMAND = {
-    "type": 2, "id": "111", "application_id": "999", "token": "interaction-token-abc",
-    "channel_id": "C77", "guild_id": "G1",
+    "type": 2,
+    "id": "111",
+    "application_id": "999",
+    "token": "interaction-token-abc",
+    "channel_id": "C77",
+    "guild_id": "G1",
     "member": {"user": {"id": "U5", "username": "bob"}},
-    "data": {"name": "ask", "options": [{"name": "question", "type": 3, "value": "why?"},
-                                        {"name": "loud", "type": 5, "value": True}]},
+    "data": {
+        "name": "ask",
+        "options": [
+            {"name": "question", "type": 3, "value": "why?"},
+            {"name": "loud", "type": 5, "value": True},
+        ],
+    },
 }
 
 
 def signed(body: bytes, key: Ed25519PrivateKey = KEY) -> dict[str, str]:
     ts = str(int(time.time()))
     signature = key.sign(ts.encode() + body).hex()
-    return {"X-Signature-Ed25519": signature, "X-Signature-Timestamp": ts,
-            "Content-Type": "application/json"}
+    return {
+        "X-Signature-Ed25519": signature,
+        "X-Signature-Timestamp": ts,
+        "Content-Type": "application/json",
+    }
 
 
 async def _discord_api(edits: list[tuple[str, dict[str, Any]]]) -> tuple[web.AppRunner, str]:
@@ -92,8 +104,12 @@ async def test_discord_ping_signatures_commands_and_components() -> None:
         async with FakeOrchestrator() as orch:
             port, reply_port = free_port(), free_port()
             write_bundle(orch.dir / "b", CONNECTIONS)
-            env = {"DC_PORT": str(port), "DC_REPLY_PORT": str(reply_port), "DC_KEY": PUBLIC_HEX,
-                   "DC_API": api_url}
+            env = {
+                "DC_PORT": str(port),
+                "DC_REPLY_PORT": str(reply_port),
+                "DC_KEY": PUBLIC_HEX,
+                "DC_API": api_url,
+            }
             proc = await orch.spawn("dc", orch.dir / "b", env)
             reply_proc = await orch.spawn("dc-reply", orch.dir / "b", env)
             url, reply_url = f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{reply_port}/"
@@ -108,18 +124,25 @@ async def test_discord_ping_signatures_commands_and_components() -> None:
                 r = await client.post(url, content=ping, headers=signed(ping, other_key))
                 assert r.status_code == 401
                 command = json.dumps(COMMAND).encode()
-                r = await client.post(url, content=command.replace(b"why", b"how"),
-                                      headers=signed(command))
+                r = await client.post(
+                    url, content=command.replace(b"why", b"how"), headers=signed(command)
+                )
                 assert r.status_code == 401
                 assert orch.events == []
 
                 r = await client.post(url, content=command, headers=signed(command))
                 assert r.json() == {"type": 4, "data": {"content": "On it.", "flags": 64}}
-                button = json.dumps({
-                    "type": 3, "id": "112", "application_id": "999", "token": "t2",
-                    "channel_id": "C77", "user": {"id": "U5", "username": "bob"},
-                    "data": {"custom_id": "approve", "component_type": 2},
-                }).encode()
+                button = json.dumps(
+                    {
+                        "type": 3,
+                        "id": "112",
+                        "application_id": "999",
+                        "token": "t2",
+                        "channel_id": "C77",
+                        "user": {"id": "U5", "username": "bob"},
+                        "data": {"custom_id": "approve", "component_type": 2},
+                    }
+                ).encode()
                 r = await client.post(url, content=button, headers=signed(button))
                 assert r.json() == {"type": 6}
 
@@ -130,10 +153,16 @@ async def test_discord_ping_signatures_commands_and_components() -> None:
             assert slash.name == "slash_command" and slash.instance_key == "discord:C77"
             assert slash.message.text == "/ask\nquestion: why?\nloud: true"
             assert slash.properties == {
-                "interaction_id": "111", "application_id": "999", "channel_id": "C77",
-                "guild_id": "G1", "user_id": "U5", "username": "bob",
-                "interaction_token": "interaction-token-abc", "command_name": "ask",
-                "option_question": "why?", "option_loud": "true",
+                "interaction_id": "111",
+                "application_id": "999",
+                "channel_id": "C77",
+                "guild_id": "G1",
+                "user_id": "U5",
+                "username": "bob",
+                "interaction_token": "interaction-token-abc",
+                "command_name": "ask",
+                "option_question": "why?",
+                "option_loud": "true",
             }
             assert not slash.reply and asked.reply
             assert component.name == "component_interaction"
@@ -143,10 +172,12 @@ async def test_discord_ping_signatures_commands_and_components() -> None:
                 if edits:
                     break
                 await asyncio.sleep(0.05)
-            assert edits == [(
-                "/api/v10/webhooks/999/interaction-token-abc/messages/@original",
-                {"content": "echo: /ask\nquestion: why?\nloud: true"},
-            )]
+            assert edits == [
+                (
+                    "/api/v10/webhooks/999/interaction-token-abc/messages/@original",
+                    {"content": "echo: /ask\nquestion: why?\nloud: true"},
+                )
+            ]
             await orch.stop("dc", proc)
             await orch.stop("dc-reply", reply_proc)
     finally:
@@ -156,8 +187,9 @@ async def test_discord_ping_signatures_commands_and_components() -> None:
 async def test_discord_without_public_key_is_a_start_error() -> None:
     async with FakeOrchestrator() as orch:
         write_bundle(orch.dir / "b", CONNECTIONS)
-        proc = await orch.spawn("dc", orch.dir / "b",
-                                {"DC_PORT": str(free_port()), "DC_KEY": "not-hex"})
+        proc = await orch.spawn(
+            "dc", orch.dir / "b", {"DC_PORT": str(free_port()), "DC_KEY": "not-hex"}
+        )
         error = await orch.wait_start_error("dc")
         assert await proc.wait() == 3
         assert "DISCORD_PUBLIC_KEY" in error.message

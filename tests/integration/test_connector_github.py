@@ -43,8 +43,12 @@ spec:
 
 def headers(event: str, body: bytes, *, secret: str = SECRET) -> dict[str, str]:
     digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {"X-GitHub-Event": event, "X-Hub-Signature-256": f"sha256={digest}",
-            "X-GitHub-Delivery": f"d-{event}", "Content-Type": "application/json"}
+    return {
+        "X-GitHub-Event": event,
+        "X-Hub-Signature-256": f"sha256={digest}",
+        "X-GitHub-Delivery": f"d-{event}",
+        "Content-Type": "application/json",
+    }
 
 
 async def test_github_signatures_and_event_mapping() -> None:
@@ -55,13 +59,30 @@ async def test_github_signatures_and_event_mapping() -> None:
         url = f"http://127.0.0.1:{port}/github"
         await wait_listening(url, proc)
         deliveries = [
-            ("push", {"ref": "refs/heads/main", "compare": "https://github.com/c",
-                      "head_commit": {"message": "Fix the bug"}}),
-            ("pull_request", {"action": "opened", "pull_request": {
-                "number": 7, "title": "Add feature", "html_url": "https://github.com/pr/7"}}),
+            (
+                "push",
+                {
+                    "ref": "refs/heads/main",
+                    "compare": "https://github.com/c",
+                    "head_commit": {"message": "Fix the bug"},
+                },
+            ),
+            (
+                "pull_request",
+                {
+                    "action": "opened",
+                    "pull_request": {
+                        "number": 7,
+                        "title": "Add feature",
+                        "html_url": "https://github.com/pr/7",
+                    },
+                },
+            ),
             ("issues", {"action": "opened", "issue": {"number": 8, "title": "It breaks"}}),
-            ("issue_comment", {"action": "created", "issue": {"number": 8},
-                               "comment": {"body": "+1, same here"}}),
+            (
+                "issue_comment",
+                {"action": "created", "issue": {"number": 8}, "comment": {"body": "+1, same here"}},
+            ),
             ("release", {"action": "published"}),
         ]
         async with httpx.AsyncClient(timeout=10) as client:
@@ -70,8 +91,9 @@ async def test_github_signatures_and_event_mapping() -> None:
             assert r.status_code == 200 and r.json()["zen"] == "Keep it simple."
 
             body = json.dumps({**deliveries[0][1], "repository": REPO, "sender": SENDER}).encode()
-            unsigned = {k: v for k, v in headers("push", body).items()
-                        if k != "X-Hub-Signature-256"}
+            unsigned = {
+                k: v for k, v in headers("push", body).items() if k != "X-Hub-Signature-256"
+            }
             assert (await client.post(url, content=body, headers=unsigned)).status_code == 401
             r = await client.post(url, content=body, headers=headers("push", body, secret="x"))
             assert r.status_code == 401
@@ -84,10 +106,21 @@ async def test_github_signatures_and_event_mapping() -> None:
                 r = await client.post(url, content=body, headers=headers(event, body))
                 assert r.status_code == 202, r.text
             # A form-encoded delivery (the other content type GitHub offers).
-            form = urlencode({"payload": json.dumps({"action": "closed", "repository": REPO,
-                                                     "issue": {"number": 9, "title": "Done"}})})
-            form_headers = {**headers("issues", form.encode()),
-                            "Content-Type": "application/x-www-form-urlencoded"}
+            form = urlencode(
+                {
+                    "payload": json.dumps(
+                        {
+                            "action": "closed",
+                            "repository": REPO,
+                            "issue": {"number": 9, "title": "Done"},
+                        }
+                    )
+                }
+            )
+            form_headers = {
+                **headers("issues", form.encode()),
+                "Content-Type": "application/x-www-form-urlencoded",
+            }
             r = await client.post(url, content=form.encode(), headers=form_headers)
             assert r.status_code == 202, r.text
 
@@ -102,13 +135,23 @@ async def test_github_signatures_and_event_mapping() -> None:
         ]
         assert {e.instance_key for e in events} == {"github:octo/hello"}
         push, pr = events[0], events[1]
-        assert push.properties == {"event": "push", "repo": "octo/hello", "sender": "mona",
-                                   "delivery_id": "d-push", "ref": "refs/heads/main",
-                                   "url": "https://github.com/c"}
-        assert pr.properties == {"event": "pull_request", "action": "opened",
-                                 "repo": "octo/hello", "sender": "mona",
-                                 "delivery_id": "d-pull_request", "number": "7",
-                                 "url": "https://github.com/pr/7"}
+        assert push.properties == {
+            "event": "push",
+            "repo": "octo/hello",
+            "sender": "mona",
+            "delivery_id": "d-push",
+            "ref": "refs/heads/main",
+            "url": "https://github.com/c",
+        }
+        assert pr.properties == {
+            "event": "pull_request",
+            "action": "opened",
+            "repo": "octo/hello",
+            "sender": "mona",
+            "delivery_id": "d-pull_request",
+            "number": "7",
+            "url": "https://github.com/pr/7",
+        }
         assert events[3].properties["number"] == "8"
         await orch.stop("gh", proc)
         assert SECRET not in proc.logs()

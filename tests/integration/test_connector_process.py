@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(30)
 
 TOKEN = "s3cr3t-T0KEN-value-9f8e7d"
 
-PROBE = '''
+PROBE = """
 import asyncio
 import logging
 
@@ -57,7 +57,7 @@ async def main(ctx: ConnectorContext) -> None:
         return
     await ctx.stopping.wait()
     await ctx.emit("report", text="stopping seen", instance_key="report")
-'''
+"""
 
 CONNECTION = """
 apiVersion: goondan.ai/v1
@@ -124,8 +124,12 @@ async def test_emit_request_and_shutdown() -> None:
         assert question.reply and fail.reply
         assert refused.name == "refuse-me"
         assert report.message.text == "echo: question"
-        assert report.properties == {"agent": "assistant", "failed": "E_AGENT_CRASHED",
-                                     "refused": "E_NO_ROUTE", "replyAgent": "assistant"}
+        assert report.properties == {
+            "agent": "assistant",
+            "failed": "E_AGENT_CRASHED",
+            "refused": "E_NO_ROUTE",
+            "replyAgent": "assistant",
+        }
         envelopes = [env for env, _ in orch.events]
         assert all(e.from_ == "connection:probe-conn" for e in envelopes)
         assert len({e.correlation_id for e in envelopes}) == 5
@@ -139,8 +143,9 @@ async def test_heartbeats_then_main_returning_exits_0() -> None:
     async with FakeOrchestrator() as orch:
         _setup(orch)
         orch.answer_delay_s = 1.3  # long enough for a heartbeat
-        proc = await orch.spawn("probe-conn", orch.dir / "b",
-                                {"PROBE_MODE": "return", "PROBE_TOKEN": TOKEN})
+        proc = await orch.spawn(
+            "probe-conn", orch.dir / "b", {"PROBE_MODE": "return", "PROBE_TOKEN": TOKEN}
+        )
         await orch.wait_ready("probe-conn", proc)
         assert await proc.wait() == 0, proc.logs()
         assert orch.heartbeats.get("connection:probe-conn", 0) >= 1
@@ -167,8 +172,9 @@ async def test_unknown_connection_and_missing_main_are_start_errors() -> None:
         assert await proc.wait() == 3
         assert "no Connection named 'nope'" in error.message and "probe-conn" in error.message
         (orch.dir / "b" / "probe.py").write_text("def main(ctx):\n    pass\n")
-        proc = await orch.spawn("probe-conn", orch.dir / "b",
-                                {"PROBE_MODE": "x", "PROBE_TOKEN": TOKEN})
+        proc = await orch.spawn(
+            "probe-conn", orch.dir / "b", {"PROBE_MODE": "x", "PROBE_TOKEN": TOKEN}
+        )
         error = await orch.wait_start_error("probe-conn")
         assert await proc.wait() == 3
         assert "async def main(ctx)" in error.message
@@ -177,8 +183,9 @@ async def test_unknown_connection_and_missing_main_are_start_errors() -> None:
 async def test_crash_exits_1_and_config_error_exits_3_both_redacted() -> None:
     async with FakeOrchestrator() as orch:
         _setup(orch)
-        proc = await orch.spawn("probe-conn", orch.dir / "b",
-                                {"PROBE_MODE": "crash", "PROBE_TOKEN": TOKEN})
+        proc = await orch.spawn(
+            "probe-conn", orch.dir / "b", {"PROBE_MODE": "crash", "PROBE_TOKEN": TOKEN}
+        )
         await orch.wait_ready("probe-conn", proc)
         assert await proc.wait() == 1
         logs = proc.logs()
@@ -187,8 +194,9 @@ async def test_crash_exits_1_and_config_error_exits_3_both_redacted() -> None:
         lines = [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
         assert any(line.get("logger") == "some.library" for line in lines)
 
-        proc = await orch.spawn("probe-conn", orch.dir / "b",
-                                {"PROBE_MODE": "config", "PROBE_TOKEN": TOKEN})
+        proc = await orch.spawn(
+            "probe-conn", orch.dir / "b", {"PROBE_MODE": "config", "PROBE_TOKEN": TOKEN}
+        )
         error = await orch.wait_start_error("probe-conn")
         assert await proc.wait() == 3
         assert "PORT is not a port" in error.message
@@ -197,8 +205,9 @@ async def test_crash_exits_1_and_config_error_exits_3_both_redacted() -> None:
 async def test_sigterm_stops_cleanly_without_an_ack() -> None:
     async with FakeOrchestrator() as orch:
         _setup(orch)
-        proc = await orch.spawn("probe-conn", orch.dir / "b",
-                                {"PROBE_MODE": "serve", "PROBE_TOKEN": TOKEN})
+        proc = await orch.spawn(
+            "probe-conn", orch.dir / "b", {"PROBE_MODE": "serve", "PROBE_TOKEN": TOKEN}
+        )
         await orch.wait_events(5, proc=proc)
         proc.proc.send_signal(signal.SIGINT)  # ignored: the orchestrator decides
         proc.proc.send_signal(signal.SIGTERM)

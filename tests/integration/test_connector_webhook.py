@@ -49,29 +49,37 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
         write_bundle(orch.dir / "b", CONNECTION)
         orch.answer = lambda e: (
             wire.ErrorInfo("E_AGENT_REQUEST_TIMEOUT", "too slow")
-            if e.message.text == "slow" else f"echo: {e.message.text}"
+            if e.message.text == "slow"
+            else f"echo: {e.message.text}"
         )
         orch.refuse = lambda e: (
             wire.ErrorInfo("E_NO_ROUTE", "no rule matched") if e.name == "nobody" else None
         )
-        proc = await orch.spawn("hooks", orch.dir / "b",
-                                {"HOOK_PORT": str(port), "HOOK_SECRET": SECRET})
+        proc = await orch.spawn(
+            "hooks", orch.dir / "b", {"HOOK_PORT": str(port), "HOOK_SECRET": SECRET}
+        )
         await orch.wait_ready("hooks", proc)
         url = f"http://127.0.0.1:{port}/hooks/in"
         await wait_listening(url, proc)
         async with httpx.AsyncClient(timeout=10) as client:
-            body = json.dumps({
-                "text": "hello", "instanceKey": "ticket:7",
-                "properties": {"priority": 3, "urgent": True, "nested": {"x": 1}},
-            }).encode()
+            body = json.dumps(
+                {
+                    "text": "hello",
+                    "instanceKey": "ticket:7",
+                    "properties": {"priority": 3, "urgent": True, "nested": {"x": 1}},
+                }
+            ).encode()
             r = await client.post(url, content=body, headers={"X-Signature-256": sign(body)})
             assert r.status_code == 202, r.text
             assert r.json() == {"accepted": True, "agent": "assistant", "instanceKey": "ticket:7"}
 
             # The bare hex form, the default event name and instance key, a trailing slash.
             bare = json.dumps({"message": "plain"}).encode()
-            r = await client.post(url + "/", content=bare,
-                                  headers={"X-Signature-256": sign(bare).removeprefix("sha256=")})
+            r = await client.post(
+                url + "/",
+                content=bare,
+                headers={"X-Signature-256": sign(bare).removeprefix("sha256=")},
+            )
             assert r.status_code == 202, r.text
 
             r = await client.post(url, content=body)
@@ -80,18 +88,23 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
             tampered = body.replace(b"hello", b"HELLO")
             r = await client.post(url, content=tampered, headers={"X-Signature-256": sign(body)})
             assert r.status_code == 401
-            r = await client.post(url, content=body,
-                                  headers={"X-Signature-256": sign(body, "wrong-secret")})
+            r = await client.post(
+                url, content=body, headers={"X-Signature-256": sign(body, "wrong-secret")}
+            )
             assert r.status_code == 401
 
             ask = json.dumps({"text": "what time is it?", "wait": True}).encode()
             r = await client.post(url, content=ask, headers={"X-Signature-256": sign(ask)})
             assert r.status_code == 200, r.text
-            assert r.json() == {"reply": "echo: what time is it?", "agent": "assistant",
-                                "instanceKey": "webhook:default"}
+            assert r.json() == {
+                "reply": "echo: what time is it?",
+                "agent": "assistant",
+                "instanceKey": "webhook:default",
+            }
             ask = json.dumps({"event": "custom", "text": "via query"}).encode()
-            r = await client.post(url + "?wait=1", content=ask,
-                                  headers={"X-Signature-256": sign(ask)})
+            r = await client.post(
+                url + "?wait=1", content=ask, headers={"X-Signature-256": sign(ask)}
+            )
             assert r.json()["reply"] == "echo: via query"
 
             slow = json.dumps({"text": "slow", "wait": True}).encode()
@@ -99,16 +112,16 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
             assert r.status_code == 502
             assert r.json()["error"]["code"] == "E_AGENT_REQUEST_TIMEOUT"
             refused = json.dumps({"name": "nobody", "text": "x"}).encode()
-            r = await client.post(url, content=refused,
-                                  headers={"X-Signature-256": sign(refused)})
+            r = await client.post(url, content=refused, headers={"X-Signature-256": sign(refused)})
             assert r.status_code == 422 and r.json()["error"]["code"] == "E_NO_ROUTE"
 
             junk = b"[1, 2]"
             r = await client.post(url, content=junk, headers={"X-Signature-256": sign(junk)})
             assert r.status_code == 400
             assert (await client.get(url)).status_code == 405
-            assert (await client.post(f"http://127.0.0.1:{port}/other",
-                                      content=body)).status_code == 404
+            assert (
+                await client.post(f"http://127.0.0.1:{port}/other", content=body)
+            ).status_code == 404
 
         events = [event for _, event in orch.events]
         assert [(e.name, e.message.text, e.instance_key, e.reply) for e in events] == [
@@ -126,11 +139,14 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
         assert "signature verification failed" in logs
 
 
-async def test_webhook_without_secret_accepts_unsigned_and_require_signature_refuses_to_start(
-) -> None:
+async def test_webhook_without_secret_accepts_unsigned_and_require_signature_refuses_to_start() -> (
+    None
+):
     async with FakeOrchestrator() as orch:
         port = free_port()
-        write_bundle(orch.dir / "b", """
+        write_bundle(
+            orch.dir / "b",
+            """
             apiVersion: goondan.ai/v1
             kind: Connection
             metadata:
@@ -149,7 +165,8 @@ async def test_webhook_without_secret_accepts_unsigned_and_require_signature_ref
               config:
                 PORT: {valueFrom: {env: HOOK_PORT}}
                 REQUIRE_SIGNATURE: {value: "true"}
-        """)
+        """,
+        )
         proc = await orch.spawn("open", orch.dir / "b", {"HOOK_PORT": str(port)})
         await orch.wait_ready("open", proc)
         url = f"http://127.0.0.1:{port}/"
