@@ -64,25 +64,30 @@ def target(service: Service, args: dict[str, Any]) -> Target:
     requested = (args.get("apiBaseUrl") or "").strip().rstrip("/")
     base_url = requested or configured
     if not base_url.startswith(("http://", "https://")):
-        raise ToolError(f"[{service.name}] apiBaseUrl must be an http(s) URL, got {base_url!r}",
-                        code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            f"[{service.name}] apiBaseUrl must be an http(s) URL, got {base_url!r}",
+            code="E_TOOL_INVALID_ARGS",
+        )
     token = (args.get("token") or "").strip()
     if token:
         return Target(token, base_url)
-    env_token = next((os.environ[name] for name in service.token_envs
-                      if os.environ.get(name, "").strip()), None)
+    env_token = next(
+        (os.environ[name] for name in service.token_envs if os.environ.get(name, "").strip()), None
+    )
     if env_token is None:
         raise ToolError(
             f"[{service.name}] bot token not found: pass 'token' or set one of "
             f"{', '.join(service.token_envs)}",
             code="E_TOKEN_MISSING",
-            suggestion=f"the operator sets {service.token_envs[0]} in the agent's environment")
+            suggestion=f"the operator sets {service.token_envs[0]} in the agent's environment",
+        )
     if base_url != configured:
         raise ToolError(
             f"[{service.name}] refusing to send the token from the environment to "
             f"{base_url}: only {configured} receives it",
             code="E_TOKEN_SCOPE",
-            suggestion=f"leave apiBaseUrl out; the operator may set {service.base_url_env}")
+            suggestion=f"leave apiBaseUrl out; the operator may set {service.base_url_env}",
+        )
     return Target(env_token.strip(), base_url)
 
 
@@ -106,19 +111,28 @@ async def call(service: Service, method: str, token: str, timeout: int, send: Se
                 for attempt in range(RATE_LIMIT_RETRIES + 1):
                     answer = await _exchange(client, send)
                     wait = retry_after(answer)
-                    if (answer.status == 429 and attempt < RATE_LIMIT_RETRIES
-                            and wait is not None and wait <= RATE_LIMIT_MAX_WAIT_SECONDS
-                            and time.monotonic() + wait < deadline):
+                    if (
+                        answer.status == 429
+                        and attempt < RATE_LIMIT_RETRIES
+                        and wait is not None
+                        and wait <= RATE_LIMIT_MAX_WAIT_SECONDS
+                        and time.monotonic() + wait < deadline
+                    ):
                         await asyncio.sleep(wait)
                         continue
                     return answer
     except (TimeoutError, httpx.TimeoutException):
-        raise ToolError(f"[{service.name}] {method} request timed out after {timeout}ms",
-                        code="E_TIMEOUT", suggestion="retry later") from None
+        raise ToolError(
+            f"[{service.name}] {method} request timed out after {timeout}ms",
+            code="E_TIMEOUT",
+            suggestion="retry later",
+        ) from None
     except httpx.HTTPError as exc:
-        raise ToolError(f"[{service.name}] {method} request failed: "
-                        f"{redact(f'{type(exc).__name__}: {exc}', token)}",
-                        code="E_REQUEST_FAILED") from None
+        raise ToolError(
+            f"[{service.name}] {method} request failed: "
+            f"{redact(f'{type(exc).__name__}: {exc}', token)}",
+            code="E_REQUEST_FAILED",
+        ) from None
     raise AssertionError("unreachable")
 
 
@@ -157,12 +171,20 @@ def retry_after(answer: Answer) -> float | None:
 def rate_limited(service: Service, failure: str, answer: Answer) -> ToolError:
     """`failure` is "<method> failed...": the error names the wait when the API gave one."""
     wait = retry_after(answer)
-    after = (f" (retry after {wait:g} s)"
-             if wait is not None and "retry after" not in failure.lower() else "")
+    after = (
+        f" (retry after {wait:g} s)"
+        if wait is not None and "retry after" not in failure.lower()
+        else ""
+    )
     return ToolError(
-        f"[{service.name}] {failure}{after}", code="E_RATE_LIMITED",
-        suggestion=(f"wait {wait:g} seconds (wait__seconds) before calling it again"
-                    if wait is not None else "wait a while before calling it again"))
+        f"[{service.name}] {failure}{after}",
+        code="E_RATE_LIMITED",
+        suggestion=(
+            f"wait {wait:g} seconds (wait__seconds) before calling it again"
+            if wait is not None
+            else "wait a while before calling it again"
+        ),
+    )
 
 
 def http_description(answer: Answer) -> str:
@@ -183,13 +205,23 @@ class Download:
 def download_limit(args: dict[str, Any]) -> int:
     limit = int(args.get("maxBytes", DEFAULT_DOWNLOAD_BYTES))
     if not 1 <= limit <= MAX_DOWNLOAD_BYTES:
-        raise ToolError(f"maxBytes must be between 1 and {MAX_DOWNLOAD_BYTES}, got {limit}",
-                        code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            f"maxBytes must be between 1 and {MAX_DOWNLOAD_BYTES}, got {limit}",
+            code="E_TOOL_INVALID_ARGS",
+        )
     return limit
 
 
-async def download(service: Service, url: str, headers: dict[str, str], *, token: str,
-                   timeout: int, max_bytes: int, what: str) -> Download:
+async def download(
+    service: Service,
+    url: str,
+    headers: dict[str, str],
+    *,
+    token: str,
+    timeout: int,
+    max_bytes: int,
+    what: str,
+) -> Download:
     """GET `url` (guarded, redirects followed) refusing bodies over `max_bytes`."""
     shown = redact(url, token)
     try:
@@ -199,7 +231,9 @@ async def download(service: Service, url: str, headers: dict[str, str], *, token
                     if response.status_code >= 400:
                         raise ToolError(
                             f"[{service.name}] {what} failed: HTTP {response.status_code} "
-                            f"{response.reason_phrase} for {shown}", code="E_DOWNLOAD_FAILED")
+                            f"{response.reason_phrase} for {shown}",
+                            code="E_DOWNLOAD_FAILED",
+                        )
                     declared = response.headers.get("content-length", "")
                     if declared.isdigit() and int(declared) > max_bytes:
                         raise too_large(service, what, int(declared), max_bytes)
@@ -208,22 +242,30 @@ async def download(service: Service, url: str, headers: dict[str, str], *, token
                         data += chunk
                         if len(data) > max_bytes:
                             raise too_large(service, what, None, max_bytes)
-                    return Download(redact(str(response.url), token), response.status_code,
-                                    response.headers, bytes(data))
+                    return Download(
+                        redact(str(response.url), token),
+                        response.status_code,
+                        response.headers,
+                        bytes(data),
+                    )
     except (TimeoutError, httpx.TimeoutException):
-        raise ToolError(f"[{service.name}] {what} timed out after {timeout}ms",
-                        code="E_TIMEOUT") from None
+        raise ToolError(
+            f"[{service.name}] {what} timed out after {timeout}ms", code="E_TIMEOUT"
+        ) from None
     except httpx.HTTPError as exc:
-        raise ToolError(f"[{service.name}] {what} failed: "
-                        f"{redact(f'{type(exc).__name__}: {exc}', token)}",
-                        code="E_DOWNLOAD_FAILED") from None
+        raise ToolError(
+            f"[{service.name}] {what} failed: {redact(f'{type(exc).__name__}: {exc}', token)}",
+            code="E_DOWNLOAD_FAILED",
+        ) from None
 
 
 def too_large(service: Service, what: str, size: int | None, max_bytes: int) -> ToolError:
     size_text = f"{size} bytes" if size is not None else "more than that"
-    return ToolError(f"[{service.name}] {what}: the file is {size_text}, over maxBytes "
-                     f"{max_bytes}", code="E_FILE_TOO_LARGE",
-                     suggestion=f"raise maxBytes (at most {MAX_DOWNLOAD_BYTES})")
+    return ToolError(
+        f"[{service.name}] {what}: the file is {size_text}, over maxBytes {max_bytes}",
+        code="E_FILE_TOO_LARGE",
+        suggestion=f"raise maxBytes (at most {MAX_DOWNLOAD_BYTES})",
+    )
 
 
 def content_type_of(headers: httpx.Headers, name_hint: str) -> str:
@@ -233,16 +275,20 @@ def content_type_of(headers: httpx.Headers, name_hint: str) -> str:
     return mimetypes.guess_type(name_hint)[0] or declared or "application/octet-stream"
 
 
-def file_payload(ctx: ToolContext, data: bytes, content_type: str,
-                 args: dict[str, Any]) -> dict[str, Any]:
+def file_payload(
+    ctx: ToolContext, data: bytes, content_type: str, args: dict[str, Any]
+) -> dict[str, Any]:
     """`savedPath`, `base64` and `dataUrl` as the call asked (save path inside the workdir)."""
     saved = None
     save_to = args.get("savePath") or args.get("outputPath")
     if save_to:
         path = resolve_path(ctx.workdir, save_to, what="savePath")
         if path.is_dir():
-            raise ToolError(f"savePath {save_to!r} is a directory", code="E_IS_DIRECTORY",
-                            suggestion="give a file name inside it")
+            raise ToolError(
+                f"savePath {save_to!r} is a directory",
+                code="E_IS_DIRECTORY",
+                suggestion="give a file name inside it",
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
         saved = str(path)
@@ -250,8 +296,9 @@ def file_payload(ctx: ToolContext, data: bytes, content_type: str,
     return {
         "savedPath": saved,
         "base64": encoded if args.get("includeBase64", True) else None,
-        "dataUrl": (f"data:{content_type};base64,{encoded}"
-                    if args.get("includeDataUrl", True) else None),
+        "dataUrl": (
+            f"data:{content_type};base64,{encoded}" if args.get("includeDataUrl", True) else None
+        ),
     }
 
 

@@ -71,30 +71,43 @@ class GuardedTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=_ssl_context(), network_backend=backend,
-            max_connections=10, http1=True, http2=False)
+            ssl_context=_ssl_context(),
+            network_backend=backend,
+            max_connections=10,
+            http1=True,
+            http2=False,
+        )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         assert isinstance(request.stream, httpx.AsyncByteStream)
         core_request = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host,
-                             port=request.url.port, target=request.url.raw_path),
+            url=httpcore.URL(
+                scheme=request.url.raw_scheme,
+                host=request.url.raw_host,
+                port=request.url.port,
+                target=request.url.raw_path,
+            ),
             headers=request.headers.raw,
             content=request.stream,
             extensions=request.extensions,
         )
         with _as_httpx_errors():
             response = await self._pool.handle_async_request(core_request)
-        return httpx.Response(status_code=response.status, headers=response.headers,
-                              stream=_Stream(response), extensions=response.extensions)
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_Stream(response),
+            extensions=response.extensions,
+        )
 
     async def aclose(self) -> None:
         await self._pool.aclose()
 
 
-def guarded_client(timeout_s: float,
-                   inner: httpcore.AsyncNetworkBackend | None = None) -> httpx.AsyncClient:
+def guarded_client(
+    timeout_s: float, inner: httpcore.AsyncNetworkBackend | None = None
+) -> httpx.AsyncClient:
     """A client for one tool call; `inner` replaces the real network (tests only)."""
     policy = http_policy()
     return httpx.AsyncClient(

@@ -28,10 +28,17 @@ from base_tools._policy import (
 from goondan import ToolError
 
 # Metadata services of the big clouds; most are link-local or private anyway, Azure's is not.
-CLOUD_METADATA = frozenset(ipaddress.ip_address(ip) for ip in (
-    "169.254.169.254", "169.254.170.2", "168.63.129.16", "100.100.100.200", "192.0.0.192",
-    "fd00:ec2::254",
-))
+CLOUD_METADATA = frozenset(
+    ipaddress.ip_address(ip)
+    for ip in (
+        "169.254.169.254",
+        "169.254.170.2",
+        "168.63.129.16",
+        "100.100.100.200",
+        "192.0.0.192",
+        "fd00:ec2::254",
+    )
+)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
@@ -51,9 +58,14 @@ def refusal(ip: IPAddress) -> str | None:
             return refusal(embedded)
     if ip in CLOUD_METADATA:
         return "cloud metadata"
-    for kind, flag in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
-                       ("multicast", ip.is_multicast), ("unspecified", ip.is_unspecified),
-                       ("private", ip.is_private), ("reserved", ip.is_reserved)):
+    for kind, flag in (
+        ("loopback", ip.is_loopback),
+        ("link-local", ip.is_link_local),
+        ("multicast", ip.is_multicast),
+        ("unspecified", ip.is_unspecified),
+        ("private", ip.is_private),
+        ("reserved", ip.is_reserved),
+    ):
         if flag:
             return kind
     return None if ip.is_global else "non-public"
@@ -93,8 +105,12 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         for ip in allowed:
             try:
                 return await self._inner.connect_tcp(
-                    str(ip), port, timeout=timeout, local_address=local_address,
-                    socket_options=socket_options)
+                    str(ip),
+                    port,
+                    timeout=timeout,
+                    local_address=local_address,
+                    socket_options=socket_options,
+                )
             except httpcore.ConnectError as exc:
                 failure = exc
         assert failure is not None

@@ -168,8 +168,9 @@ def _allow_rule(entry: str) -> AllowRule:
     name = host.lower().rstrip(".")
     label = name.removeprefix("*.")
     if not label or any(ch in label for ch in "/:*[] ") or label.startswith("."):
-        raise _setting_error(HTTP_ALLOW_HOSTS, entry,
-                             "host, host:port, *.domain, an IP address or a CIDR network")
+        raise _setting_error(
+            HTTP_ALLOW_HOSTS, entry, "host, host:port, *.domain, an IP address or a CIDR network"
+        )
     return AllowRule(host=name, port=port)
 
 

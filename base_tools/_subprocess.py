@@ -104,21 +104,28 @@ class _Collector(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-async def run(argv: Sequence[str], *, cwd: Path, env: Mapping[str, str],
-              timeout_ms: int) -> Completed:
+async def run(
+    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_ms: int
+) -> Completed:
     limit = bash_output_limit()
     out, err = CappedBuffer(limit), CappedBuffer(limit)
     started = time.monotonic()
     loop = asyncio.get_running_loop()
     try:
         transport, collector = await loop.subprocess_exec(
-            lambda: _Collector(out, err), *argv, cwd=cwd, env=dict(env),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            lambda: _Collector(out, err),
+            *argv,
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group, so a timeout kills its children
         )
     except OSError as exc:
-        raise ToolError(f"cannot start {argv[0]}: {exc.strerror or exc}",
-                        code="E_EXEC_FAILED") from None
+        raise ToolError(
+            f"cannot start {argv[0]}: {exc.strerror or exc}", code="E_EXEC_FAILED"
+        ) from None
     pgid = transport.get_pid()
     timed_out = False
     try:

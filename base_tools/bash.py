@@ -25,21 +25,28 @@ async def exec_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
     if not command.strip():
         raise ToolError("command must not be empty", code="E_TOOL_INVALID_ARGS")
     cwd = _working_dir(ctx, args.get("cwd"))
-    done = await _subprocess.run([SHELL, "-c", command], cwd=cwd, env=_env(args),
-                                 timeout_ms=_timeout(args))
+    done = await _subprocess.run(
+        [SHELL, "-c", command], cwd=cwd, env=_env(args), timeout_ms=_timeout(args)
+    )
     return {"command": command, "cwd": str(cwd), **_outcome(done)}
 
 
 async def script(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     path = resolve_path(ctx.workdir, args["path"])
     if not path.is_file():
-        raise ToolError(f"script {args['path']!r} does not exist (looked at {path})",
-                        code="E_NOT_FOUND", suggestion="write it first with file-system__write")
+        raise ToolError(
+            f"script {args['path']!r} does not exist (looked at {path})",
+            code="E_NOT_FOUND",
+            suggestion="write it first with file-system__write",
+        )
     shell = args.get("shell") or DEFAULT_SCRIPT_SHELL
     script_args = [str(item) for item in args.get("args", [])]
-    done = await _subprocess.run([shell, str(path), *script_args],
-                                 cwd=resolve_path(ctx.workdir, "."),
-                                 env=_env(args), timeout_ms=_timeout(args))
+    done = await _subprocess.run(
+        [shell, str(path), *script_args],
+        cwd=resolve_path(ctx.workdir, "."),
+        env=_env(args),
+        timeout_ms=_timeout(args),
+    )
     return {"path": str(path), "shell": shell, "args": script_args, **_outcome(done)}
 
 
@@ -48,8 +55,11 @@ def _working_dir(ctx: ToolContext, raw: str | None) -> Path:
         return resolve_path(ctx.workdir, ".")
     cwd = resolve_path(ctx.workdir, raw, what="cwd")
     if not cwd.is_dir():
-        raise ToolError(f"cwd {raw!r} is not an existing directory (looked at {cwd})",
-                        code="E_NOT_FOUND", suggestion="create it with file-system__mkdir")
+        raise ToolError(
+            f"cwd {raw!r} is not an existing directory (looked at {cwd})",
+            code="E_NOT_FOUND",
+            suggestion="create it with file-system__mkdir",
+        )
     return cwd
 
 

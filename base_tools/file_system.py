@@ -36,8 +36,11 @@ def write(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     path = resolve_path(ctx.workdir, args["path"])
     append = bool(args.get("append", False))
     if path.is_dir():
-        raise ToolError(f"{args['path']!r} is a directory", code="E_IS_DIRECTORY",
-                        suggestion="write to a file path inside it")
+        raise ToolError(
+            f"{args['path']!r} is a directory",
+            code="E_IS_DIRECTORY",
+            suggestion="write to a file path inside it",
+        )
     with _opening(args["path"]):
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("ab" if append else "wb") as handle:
@@ -55,8 +58,11 @@ def list_entries(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if not root.exists():
         raise ToolError(f"directory {raw!r} does not exist", code="E_NOT_FOUND")
     if not root.is_dir():
-        raise ToolError(f"{raw!r} is not a directory", code="E_NOT_A_DIRECTORY",
-                        suggestion="use file-system__read for files")
+        raise ToolError(
+            f"{raw!r} is not a directory",
+            code="E_NOT_A_DIRECTORY",
+            suggestion="use file-system__read for files",
+        )
     entries: list[dict[str, Any]] = []
     with _opening(raw):
         for entry in _walk(root, recursive):
@@ -70,8 +76,12 @@ def list_entries(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             if len(entries) >= MAX_LIST_ENTRIES:
                 break
     entries.sort(key=lambda item: item["path"])
-    result: dict[str, Any] = {"path": str(root), "recursive": recursive, "count": len(entries),
-                              "entries": entries}
+    result: dict[str, Any] = {
+        "path": str(root),
+        "recursive": recursive,
+        "count": len(entries),
+        "entries": entries,
+    }
     if len(entries) >= MAX_LIST_ENTRIES:
         result["limited"] = True
     return result
@@ -108,11 +118,17 @@ def _kind(entry: os.DirEntry[str]) -> str:
 
 def _require_file(path: Path, raw: str) -> None:
     if not path.exists():
-        raise ToolError(f"file {raw!r} does not exist", code="E_NOT_FOUND",
-                        suggestion="check the path with file-system__list")
+        raise ToolError(
+            f"file {raw!r} does not exist",
+            code="E_NOT_FOUND",
+            suggestion="check the path with file-system__list",
+        )
     if path.is_dir():
-        raise ToolError(f"{raw!r} is a directory", code="E_IS_DIRECTORY",
-                        suggestion="use file-system__list for directories")
+        raise ToolError(
+            f"{raw!r} is a directory",
+            code="E_IS_DIRECTORY",
+            suggestion="use file-system__list for directories",
+        )
 
 
 @contextlib.contextmanager
@@ -123,8 +139,11 @@ def _opening(raw: str) -> Iterator[None]:
     except FileExistsError:
         raise ToolError(f"{raw!r} already exists", code="E_EXISTS") from None
     except FileNotFoundError:
-        raise ToolError(f"{raw!r}: a parent directory does not exist", code="E_NOT_FOUND",
-                        suggestion="create it first, or use recursive: true") from None
+        raise ToolError(
+            f"{raw!r}: a parent directory does not exist",
+            code="E_NOT_FOUND",
+            suggestion="create it first, or use recursive: true",
+        ) from None
     except PermissionError:
         raise ToolError(f"{raw!r}: permission denied", code="E_PERMISSION") from None
     except OSError as exc:

@@ -30,42 +30,59 @@ async def get(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 
 async def post(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if args.get("body") is not None:
-        return await _fetch("POST", args, content=json.dumps(args["body"]).encode("utf-8"),
-                            content_type="application/json")
+        return await _fetch(
+            "POST",
+            args,
+            content=json.dumps(args["body"]).encode("utf-8"),
+            content_type="application/json",
+        )
     body_string = args.get("bodyString")
-    return await _fetch("POST", args,
-                        content=None if body_string is None else body_string.encode("utf-8"),
-                        content_type=None)
+    return await _fetch(
+        "POST",
+        args,
+        content=None if body_string is None else body_string.encode("utf-8"),
+        content_type=None,
+    )
 
 
-async def _fetch(method: str, args: dict[str, Any], *, content: bytes | None,
-                 content_type: str | None) -> dict[str, Any]:
+async def _fetch(
+    method: str, args: dict[str, Any], *, content: bytes | None, content_type: str | None
+) -> dict[str, Any]:
     url = _checked_url(args["url"])
     timeout_ms = int(args.get("timeoutMs", DEFAULT_TIMEOUT_MS))
     max_bytes = int(args.get("maxBytes", DEFAULT_MAX_BYTES))
-    headers = {str(name): _header_value(value)
-               for name, value in (args.get("headers") or {}).items()}
+    headers = {
+        str(name): _header_value(value) for name, value in (args.get("headers") or {}).items()
+    }
     if content_type and not any(name.lower() == "content-type" for name in headers):
         headers["Content-Type"] = content_type
     started = time.monotonic()
     try:
         async with asyncio.timeout(timeout_ms / 1000):  # a deadline for the whole exchange
             async with guarded_client(timeout_ms / 1000) as client:
-                async with client.stream(method, url, headers=headers,
-                                         content=content) as response:
+                async with client.stream(method, url, headers=headers, content=content) as response:
                     body, truncated = await read_limited(response, max_bytes)
     except (TimeoutError, httpx.TimeoutException):
-        raise ToolError(f"{method} {url} timed out after {timeout_ms} ms", code="E_HTTP_TIMEOUT",
-                        suggestion="retry later or with a larger timeoutMs") from None
+        raise ToolError(
+            f"{method} {url} timed out after {timeout_ms} ms",
+            code="E_HTTP_TIMEOUT",
+            suggestion="retry later or with a larger timeoutMs",
+        ) from None
     except httpx.TooManyRedirects:
-        raise ToolError(f"{method} {url}: too many redirects", code="E_HTTP_TOO_MANY_REDIRECTS",
-                        suggestion=f"the limit is set by {HTTP_MAX_REDIRECTS}") from None
+        raise ToolError(
+            f"{method} {url}: too many redirects",
+            code="E_HTTP_TOO_MANY_REDIRECTS",
+            suggestion=f"the limit is set by {HTTP_MAX_REDIRECTS}",
+        ) from None
     except httpx.UnsupportedProtocol as exc:
-        raise ToolError(f"{method} {url}: unsupported protocol in a redirect ({exc})",
-                        code="E_HTTP_UNSUPPORTED_PROTOCOL") from None
+        raise ToolError(
+            f"{method} {url}: unsupported protocol in a redirect ({exc})",
+            code="E_HTTP_UNSUPPORTED_PROTOCOL",
+        ) from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise ToolError(f"{method} {url} failed: {type(exc).__name__}: {exc}",
-                        code="E_HTTP_REQUEST_FAILED") from None
+        raise ToolError(
+            f"{method} {url} failed: {type(exc).__name__}: {exc}", code="E_HTTP_REQUEST_FAILED"
+        ) from None
     return {
         "url": str(response.url),
         "method": method,
@@ -84,8 +101,11 @@ def _checked_url(raw: str) -> str:
     except httpx.InvalidURL as exc:
         raise ToolError(f"invalid URL {raw!r}: {exc}", code="E_HTTP_INVALID_URL") from None
     if url.scheme not in SCHEMES:
-        raise ToolError(f"Unsupported protocol: {url.scheme or '(none)'}: only http and https "
-                        "URLs can be fetched", code="E_HTTP_UNSUPPORTED_PROTOCOL")
+        raise ToolError(
+            f"Unsupported protocol: {url.scheme or '(none)'}: only http and https "
+            "URLs can be fetched",
+            code="E_HTTP_UNSUPPORTED_PROTOCOL",
+        )
     if not url.host:
         raise ToolError(f"invalid URL {raw!r}: no host", code="E_HTTP_INVALID_URL")
     return str(url)

@@ -33,8 +33,11 @@ def query(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 def pick(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     data = _parse(args["data"])
     if not isinstance(data, dict):
-        raise ToolError(f"pick needs a JSON object, got {_type(data)}", code="E_JSON_TYPE",
-                        suggestion="use json-query__query to reach the object first")
+        raise ToolError(
+            f"pick needs a JSON object, got {_type(data)}",
+            code="E_JSON_TYPE",
+            suggestion="use json-query__query to reach the object first",
+        )
     keys = args["keys"]
     return {"keys": keys, "result": {key: data[key] for key in keys if key in data}}
 
@@ -55,8 +58,9 @@ def flatten(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError(f"flatten needs a JSON array, got {_type(data)}", code="E_JSON_TYPE")
     depth = args.get("depth", 1)
     if depth < 0 or depth != int(depth):
-        raise ToolError(f"depth must be a whole number >= 0, got {depth}",
-                        code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            f"depth must be a whole number >= 0, got {depth}", code="E_TOOL_INVALID_ARGS"
+        )
     result = _flatten(data, int(depth))
     return {"depth": int(depth), "count": len(result), "result": result}
 
@@ -75,9 +79,11 @@ def _parse(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ToolError(f"data is not valid JSON: {exc.msg} at line {exc.lineno} column "
-                        f"{exc.colno}", code="E_INVALID_JSON",
-                        suggestion="pass the JSON document as a string") from None
+        raise ToolError(
+            f"data is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+            code="E_INVALID_JSON",
+            suggestion="pass the JSON document as a string",
+        ) from None
 
 
 def _lookup(data: Any, path: str) -> Any:
@@ -105,9 +111,11 @@ def _steps(path: str) -> list[str | int]:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if match is None or match.end() == pos:
-            raise ToolError(f"cannot parse path {path!r} at position {pos}: {text[pos:]!r}",
-                            code="E_INVALID_PATH",
-                            suggestion='use dots and brackets, e.g. users[0].name or ["a b"]')
+            raise ToolError(
+                f"cannot parse path {path!r} at position {pos}: {text[pos:]!r}",
+                code="E_INVALID_PATH",
+                suggestion='use dots and brackets, e.g. users[0].name or ["a b"]',
+            )
         if match["name"] is not None:
             steps.append(match["name"])
         elif match["index"] is not None:

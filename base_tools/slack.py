@@ -31,20 +31,30 @@ READ_METHODS = frozenset({"conversations.history", "conversations.replies"})
 
 async def send(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     channel = _channel(args)
-    body = await _call("chat.postMessage", args, _compact({
-        "channel": channel,
-        "text": args["text"],
-        "thread_ts": args.get("threadTs"),
-        "mrkdwn": args.get("mrkdwn"),
-        "unfurl_links": args.get("unfurlLinks"),
-        "unfurl_media": args.get("unfurlMedia"),
-        "reply_broadcast": args.get("replyBroadcast"),
-    }))
+    body = await _call(
+        "chat.postMessage",
+        args,
+        _compact(
+            {
+                "channel": channel,
+                "text": args["text"],
+                "thread_ts": args.get("threadTs"),
+                "mrkdwn": args.get("mrkdwn"),
+                "unfurl_links": args.get("unfurlLinks"),
+                "unfurl_media": args.get("unfurlMedia"),
+                "reply_broadcast": args.get("replyBroadcast"),
+            }
+        ),
+    )
     message = body.get("message")
     if not isinstance(message, dict):
         message = {}
-    return {"ok": True, "channelId": body.get("channel") or channel,
-            "messageTs": body.get("ts"), "text": message.get("text") or args["text"]}
+    return {
+        "ok": True,
+        "channelId": body.get("channel") or channel,
+        "messageTs": body.get("ts"),
+        "text": message.get("text") or args["text"],
+    }
 
 
 async def read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -53,40 +63,68 @@ async def read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     thread_ts = _botapi.first_text(args, ("threadTs",))
     limit = int(args.get("limit", 1 if message_ts else 20))
     if not 1 <= limit <= 1000:
-        raise ToolError(f"'limit' must be between 1 and 1000, got {limit}",
-                        code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            f"'limit' must be between 1 and 1000, got {limit}", code="E_TOOL_INVALID_ARGS"
+        )
     inclusive = args.get("inclusive")
     if inclusive is None and message_ts:
         inclusive = True
     method = "conversations.replies" if thread_ts else "conversations.history"
-    body = await _call(method, args, _compact({
-        "channel": channel,
-        "ts": thread_ts,
-        "latest": _botapi.first_text(args, ("latest",)) or message_ts,
-        "oldest": _botapi.first_text(args, ("oldest",)),
-        "inclusive": inclusive,
-        "limit": limit,
-        "cursor": _botapi.first_text(args, ("cursor",)),
-    }))
+    body = await _call(
+        method,
+        args,
+        _compact(
+            {
+                "channel": channel,
+                "ts": thread_ts,
+                "latest": _botapi.first_text(args, ("latest",)) or message_ts,
+                "oldest": _botapi.first_text(args, ("oldest",)),
+                "inclusive": inclusive,
+                "limit": limit,
+                "cursor": _botapi.first_text(args, ("cursor",)),
+            }
+        ),
+    )
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     found = None
     if message_ts:
         found = next((m for m in messages if m.get("ts") == message_ts), None)
     metadata = body.get("response_metadata")
     cursor = metadata.get("next_cursor") if isinstance(metadata, dict) else None
-    return {"ok": True, "channelId": channel, "method": method, "messageTs": message_ts,
-            "threadTs": thread_ts, "count": len(messages), "found": found,
-            "messages": messages, "hasMore": bool(body.get("has_more", False)),
-            "nextCursor": cursor or None}
+    return {
+        "ok": True,
+        "channelId": channel,
+        "method": method,
+        "messageTs": message_ts,
+        "threadTs": thread_ts,
+        "count": len(messages),
+        "found": found,
+        "messages": messages,
+        "hasMore": bool(body.get("has_more", False)),
+        "nextCursor": cursor or None,
+    }
 
 
 async def edit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     channel, message_ts = _channel(args), _message_ts(args)
-    body = await _call("chat.update", args, _compact({
-        "channel": channel, "ts": message_ts, "text": args["text"], "mrkdwn": args.get("mrkdwn"),
-    }))
-    return {"ok": True, "channelId": body.get("channel") or channel,
-            "messageTs": body.get("ts") or message_ts, "edited": True}
+    body = await _call(
+        "chat.update",
+        args,
+        _compact(
+            {
+                "channel": channel,
+                "ts": message_ts,
+                "text": args["text"],
+                "mrkdwn": args.get("mrkdwn"),
+            }
+        ),
+    )
+    return {
+        "ok": True,
+        "channelId": body.get("channel") or channel,
+        "messageTs": body.get("ts") or message_ts,
+        "edited": True,
+    }
 
 
 async def delete(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
@@ -107,37 +145,60 @@ async def react(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
         if name and name not in names:
             names.append(name)
     if not names:
-        raise ToolError("Provide 'emoji' or 'emojis' to add a Slack reaction.",
-                        code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            "Provide 'emoji' or 'emojis' to add a Slack reaction.", code="E_TOOL_INVALID_ARGS"
+        )
     for name in names:
         if re.search(r"\s", name):
-            raise ToolError(f"Invalid emoji name '{name}'. Emoji names must not contain "
-                            "whitespace.", code="E_TOOL_INVALID_ARGS")
+            raise ToolError(
+                f"Invalid emoji name '{name}'. Emoji names must not contain whitespace.",
+                code="E_TOOL_INVALID_ARGS",
+            )
     target = _botapi.target(SERVICE, args)
     for name in names:
-        await _call("reactions.add", args,
-                    {"channel": channel, "timestamp": message_ts, "name": name}, target=target)
-    return {"ok": True, "channelId": channel, "messageTs": message_ts, "emojis": names,
-            "reactionCount": len(names)}
+        await _call(
+            "reactions.add",
+            args,
+            {"channel": channel, "timestamp": message_ts, "name": name},
+            target=target,
+        )
+    return {
+        "ok": True,
+        "channelId": channel,
+        "messageTs": message_ts,
+        "emojis": names,
+        "reactionCount": len(names),
+    }
 
 
 async def download_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     url = _botapi.first_text(args, ("url", "fileUrl", "downloadUrl"))
     if url is None:
-        raise ToolError("Provide 'url' (or 'fileUrl' / 'downloadUrl'): the file's url_private "
-                        "or url_private_download", code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            "Provide 'url' (or 'fileUrl' / 'downloadUrl'): the file's url_private "
+            "or url_private_download",
+            code="E_TOOL_INVALID_ARGS",
+        )
     max_bytes = _botapi.download_limit(args)
     target = _botapi.target(SERVICE, args)
     _check_file_host(url, target)
-    got = await _botapi.download(SERVICE, url, {"Authorization": f"Bearer {target.token}"},
-                                 token=target.token, timeout=_botapi.timeout_ms(args),
-                                 max_bytes=max_bytes, what="downloadFile")
+    got = await _botapi.download(
+        SERVICE,
+        url,
+        {"Authorization": f"Bearer {target.token}"},
+        token=target.token,
+        timeout=_botapi.timeout_ms(args),
+        max_bytes=max_bytes,
+        what="downloadFile",
+    )
     content_type = _botapi.content_type_of(got.headers, httpx.URL(url).path)
-    if content_type == "text/html" and not url.lower().split("?", 1)[0].endswith((".html",
-                                                                                 ".htm")):
-        raise ToolError("[slack] downloadFile got an HTML page instead of the file: the token "
-                        "is probably missing the files:read scope", code="E_DOWNLOAD_FAILED",
-                        suggestion="add the files:read scope to the Slack app and reinstall it")
+    if content_type == "text/html" and not url.lower().split("?", 1)[0].endswith((".html", ".htm")):
+        raise ToolError(
+            "[slack] downloadFile got an HTML page instead of the file: the token "
+            "is probably missing the files:read scope",
+            code="E_DOWNLOAD_FAILED",
+            suggestion="add the files:read scope to the Slack app and reinstall it",
+        )
     length = got.headers.get("content-length", "")
     return {
         "ok": True,
@@ -161,17 +222,21 @@ def _check_file_host(url: str, target: Target) -> None:
     api = httpx.URL(target.base_url)
     host = parsed.host.lower()
     slack_host = parsed.scheme == "https" and any(
-        host == suffix or host.endswith("." + suffix) for suffix in FILE_HOST_SUFFIXES)
+        host == suffix or host.endswith("." + suffix) for suffix in FILE_HOST_SUFFIXES
+    )
     same_as_api = (parsed.scheme, host, parsed.port) == (api.scheme, api.host.lower(), api.port)
     if not (slack_host or same_as_api):
-        raise ToolError(f"[slack] downloadFile only fetches Slack files (https://files.slack.com"
-                        f"/...), not {parsed.host}: the bot token is not sent elsewhere",
-                        code="E_TOOL_INVALID_ARGS",
-                        suggestion="use http-fetch__get for other URLs")
+        raise ToolError(
+            f"[slack] downloadFile only fetches Slack files (https://files.slack.com"
+            f"/...), not {parsed.host}: the bot token is not sent elsewhere",
+            code="E_TOOL_INVALID_ARGS",
+            suggestion="use http-fetch__get for other URLs",
+        )
 
 
-async def _call(method: str, args: dict[str, Any], payload: dict[str, Any], *,
-                target: Target | None = None) -> dict[str, Any]:
+async def _call(
+    method: str, args: dict[str, Any], payload: dict[str, Any], *, target: Target | None = None
+) -> dict[str, Any]:
     target = target or _botapi.target(SERVICE, args)
     url = f"{target.base_url}/{method}"
     headers = {"Authorization": f"Bearer {target.token}"}
@@ -181,8 +246,12 @@ async def _call(method: str, args: dict[str, Any], payload: dict[str, Any], *,
             form = {key: _form_value(value) for key, value in payload.items()}
             request = client.build_request("POST", url, data=form, headers=headers)
         else:
-            request = client.build_request("POST", url, json=payload, headers={
-                **headers, "Content-Type": "application/json; charset=utf-8"})
+            request = client.build_request(
+                "POST",
+                url,
+                json=payload,
+                headers={**headers, "Content-Type": "application/json; charset=utf-8"},
+            )
         return await client.send(request, stream=True)
 
     answer = await _botapi.call(SERVICE, method, target.token, _botapi.timeout_ms(args), post)
@@ -238,5 +307,11 @@ def _compact(values: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
 
 
-handlers = {"send": send, "read": read, "edit": edit, "delete": delete, "react": react,
-            "downloadFile": download_file}
+handlers = {
+    "send": send,
+    "read": read,
+    "edit": edit,
+    "delete": delete,
+    "react": react,
+    "downloadFile": download_file,
+}

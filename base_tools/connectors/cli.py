@@ -51,8 +51,12 @@ def normalize_line(
         except ValueError:
             parsed = None
     if not isinstance(parsed, dict):
-        return {"name": default_event, "text": line, "instance_key": f"{key_prefix}:{index}",
-                "properties": {}}
+        return {
+            "name": default_event,
+            "text": line,
+            "instance_key": f"{key_prefix}:{index}",
+            "properties": {},
+        }
     properties = parsed.get("properties")
     return {
         "name": text_field(parsed, "name", "event") or default_event,

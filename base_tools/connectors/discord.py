@@ -133,7 +133,10 @@ def to_event(body: dict[str, Any]) -> dict[str, Any] | None:
 
 
 async def _edit_original(
-    ctx: ConnectorContext, base_url: str, pending: PendingReply, application_id: str,
+    ctx: ConnectorContext,
+    base_url: str,
+    pending: PendingReply,
+    application_id: str,
     token: str,
 ) -> None:
     try:
@@ -147,11 +150,11 @@ async def _edit_original(
                 url, json={"content": text[:CONTENT_LIMIT] or "(no answer)"}, timeout=15.0
             )
         if response.status_code >= 300:
-            ctx.logger.warning("[discord] editing the reply failed",
-                               status=response.status_code)
+            ctx.logger.warning("[discord] editing the reply failed", status=response.status_code)
     except httpx.HTTPError as exc:
-        ctx.logger.warning("[discord] editing the reply failed",
-                           error=f"{type(exc).__name__}: {exc}")
+        ctx.logger.warning(
+            "[discord] editing the reply failed", error=f"{type(exc).__name__}: {exc}"
+        )
 
 
 async def main(ctx: ConnectorContext) -> None:
@@ -169,7 +172,9 @@ async def main(ctx: ConnectorContext) -> None:
 
     async def handle(request: web.Request, body: bytes) -> web.StreamResponse:
         if not verify_discord_signature(
-            key, body, request.headers.get("X-Signature-Ed25519"),
+            key,
+            body,
+            request.headers.get("X-Signature-Ed25519"),
             request.headers.get("X-Signature-Timestamp"),
         ):
             ctx.logger.warning("[discord] signature verification failed")
@@ -190,16 +195,23 @@ async def main(ctx: ConnectorContext) -> None:
         try:
             if reply and can_edit:
                 pending = await ctx.start_request(**event)
-                task = asyncio.create_task(_edit_original(
-                    ctx, base_url, pending, props["application_id"], props["interaction_token"]))
+                task = asyncio.create_task(
+                    _edit_original(
+                        ctx, base_url, pending, props["application_id"], props["interaction_token"]
+                    )
+                )
                 editing.add(task)
                 task.add_done_callback(editing.discard)
                 return web.json_response({"type": DEFERRED_CHANNEL_MESSAGE})
             await ctx.emit(**event)
         except EventRefused as exc:
             ctx.logger.warning("[discord] event refused", error=exc.message)
-            return web.json_response({"type": CHANNEL_MESSAGE, "data": {
-                "content": "Sorry, this cannot be handled now.", "flags": EPHEMERAL}})
+            return web.json_response(
+                {
+                    "type": CHANNEL_MESSAGE,
+                    "data": {"content": "Sorry, this cannot be handled now.", "flags": EPHEMERAL},
+                }
+            )
         if kind == MESSAGE_COMPONENT:
             return web.json_response({"type": DEFERRED_UPDATE_MESSAGE})
         return web.json_response(

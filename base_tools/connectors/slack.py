@@ -58,7 +58,10 @@ DEFAULT_API_BASE_URL = "https://slack.com/api"
 
 
 def verify_slack_signature(
-    body: bytes, timestamp: str | None, signature: str | None, signing_secret: str,
+    body: bytes,
+    timestamp: str | None,
+    signature: str | None,
+    signing_secret: str,
     now: float | None = None,
 ) -> bool:
     if not timestamp or not signature or not timestamp.isdigit():
@@ -125,8 +128,12 @@ def to_event(payload: dict[str, Any], mode: str = "all") -> dict[str, Any] | Non
 
 
 async def _post_reply(
-    ctx: ConnectorContext, base_url: str, token: str, pending: PendingReply,
-    channel: str, thread_ts: str,
+    ctx: ConnectorContext,
+    base_url: str,
+    token: str,
+    pending: PendingReply,
+    channel: str,
+    thread_ts: str,
 ) -> None:
     try:
         reply = await pending.reply()
@@ -145,11 +152,15 @@ async def _post_reply(
             )
         body = record(response.json())
         if body.get("ok") is not True:
-            ctx.logger.warning("[slack] chat.postMessage failed", channel=channel,
-                               error=body.get("error") or f"HTTP {response.status_code}")
+            ctx.logger.warning(
+                "[slack] chat.postMessage failed",
+                channel=channel,
+                error=body.get("error") or f"HTTP {response.status_code}",
+            )
     except (httpx.HTTPError, ValueError) as exc:
-        ctx.logger.warning("[slack] chat.postMessage failed", channel=channel,
-                           error=f"{type(exc).__name__}: {exc}")
+        ctx.logger.warning(
+            "[slack] chat.postMessage failed", channel=channel, error=f"{type(exc).__name__}: {exc}"
+        )
 
 
 async def main(ctx: ConnectorContext) -> None:
@@ -160,8 +171,9 @@ async def main(ctx: ConnectorContext) -> None:
         ctx.logger.warning("[slack] no signing secret: requests are not verified")
     mode = (setting(ctx, "SLACK_MESSAGE_MODE") or "all").lower()
     if mode not in MODES:
-        raise ConnectorConfigError(f"[slack] SLACK_MESSAGE_MODE must be one of "
-                                   f"{', '.join(MODES)}, got {mode!r}")
+        raise ConnectorConfigError(
+            f"[slack] SLACK_MESSAGE_MODE must be one of {', '.join(MODES)}, got {mode!r}"
+        )
     reply = flag(ctx, "REPLY")
     token = secret(ctx, "SLACK_BOT_TOKEN", "BOT_TOKEN")
     if reply and token is None:
@@ -183,8 +195,9 @@ async def main(ctx: ConnectorContext) -> None:
         if payload is None:
             return web.Response(status=400, text="Bad Request")
         if payload.get("type") == "url_verification":
-            return web.Response(text=text_field(payload, "challenge") or "",
-                                content_type="text/plain")
+            return web.Response(
+                text=text_field(payload, "challenge") or "", content_type="text/plain"
+            )
         event_id = text_field(payload, "event_id")
         if event_id is not None and event_id in seen:
             return web.json_response({"ok": True, "ignored": True, "duplicate": True})
@@ -195,9 +208,16 @@ async def main(ctx: ConnectorContext) -> None:
             if reply and token is not None:
                 pending = await ctx.start_request(**event)
                 props = event["properties"]
-                task = asyncio.create_task(_post_reply(
-                    ctx, base_url, token, pending, props["channel_id"],
-                    props.get("thread_ts") or props["ts"]))
+                task = asyncio.create_task(
+                    _post_reply(
+                        ctx,
+                        base_url,
+                        token,
+                        pending,
+                        props["channel_id"],
+                        props.get("thread_ts") or props["ts"],
+                    )
+                )
                 posting.add(task)
                 task.add_done_callback(posting.discard)
             else:
@@ -212,9 +232,14 @@ async def main(ctx: ConnectorContext) -> None:
         return web.json_response({"ok": True})
 
     try:
-        await serve_post(ctx, handle, name="slack", default_port=8787,
-                         port_keys=("SLACK_WEBHOOK_PORT", "PORT"),
-                         path_keys=("SLACK_WEBHOOK_PATH", "PATH"))
+        await serve_post(
+            ctx,
+            handle,
+            name="slack",
+            default_port=8787,
+            port_keys=("SLACK_WEBHOOK_PORT", "PORT"),
+            path_keys=("SLACK_WEBHOOK_PATH", "PATH"),
+        )
     finally:
         if posting:
             await asyncio.wait(posting, timeout=2.0)

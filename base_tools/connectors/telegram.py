@@ -114,8 +114,9 @@ class BotApi:
     async def call(self, method: str, payload: dict[str, Any], timeout_s: float) -> Any:
         """The `result` of a Bot API method. Raises `TelegramApiError` or `httpx.HTTPError`
         (whose text is redacted by the logger: the token is in the URL)."""
-        response = await self._client.post(f"{self._base}/{method}", json=payload,
-                                           timeout=timeout_s)
+        response = await self._client.post(
+            f"{self._base}/{method}", json=payload, timeout=timeout_s
+        )
         try:
             body = response.json()
         except ValueError:
@@ -139,8 +140,12 @@ class BotApi:
 
 
 async def _send_reply(
-    ctx: ConnectorContext, api: BotApi, pending: PendingReply, chat_id: str,
-    message_id: str | None, timeout_s: float,
+    ctx: ConnectorContext,
+    api: BotApi,
+    pending: PendingReply,
+    chat_id: str,
+    message_id: str | None,
+    timeout_s: float,
 ) -> None:
     try:
         reply = await pending.reply()
@@ -152,21 +157,27 @@ async def _send_reply(
     for i, chunk in enumerate(split_message(reply.text)):
         payload: dict[str, Any] = {"chat_id": chat_id, "text": chunk}
         if i == 0 and message_id is not None:
-            payload["reply_parameters"] = {"message_id": int(message_id),
-                                           "allow_sending_without_reply": True}
+            payload["reply_parameters"] = {
+                "message_id": int(message_id),
+                "allow_sending_without_reply": True,
+            }
         for _ in range(SEND_ATTEMPTS):
             try:
                 await api.call("sendMessage", payload, timeout_s)
                 break
             except TelegramApiError as exc:
                 if exc.status != 429:
-                    ctx.logger.warning("[telegram] sendMessage failed", chatId=chat_id,
-                                       error=exc.description)
+                    ctx.logger.warning(
+                        "[telegram] sendMessage failed", chatId=chat_id, error=exc.description
+                    )
                     return
                 await ctx.sleep(exc.retry_after or 1.0)
             except httpx.HTTPError as exc:
-                ctx.logger.warning("[telegram] sendMessage failed", chatId=chat_id,
-                                   error=f"{type(exc).__name__}: {exc}")
+                ctx.logger.warning(
+                    "[telegram] sendMessage failed",
+                    chatId=chat_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 return
 
 
@@ -178,10 +189,16 @@ async def main(ctx: ConnectorContext) -> None:
         )
     token = token.strip()
     poll_timeout = int_setting(ctx, "TELEGRAM_POLL_TIMEOUT_SECONDS", default=30, secrets=True)
-    request_timeout = int_setting(
-        ctx, "TELEGRAM_REQUEST_TIMEOUT_MS", default=(poll_timeout + 5) * 1000, minimum=1,
-        secrets=True,
-    ) / 1000
+    request_timeout = (
+        int_setting(
+            ctx,
+            "TELEGRAM_REQUEST_TIMEOUT_MS",
+            default=(poll_timeout + 5) * 1000,
+            minimum=1,
+            secrets=True,
+        )
+        / 1000
+    )
     retry_delay = int_setting(ctx, "TELEGRAM_RETRY_DELAY_MS", default=1000, secrets=True) / 1000
     offset = int_setting(ctx, "TELEGRAM_INITIAL_OFFSET", default=0, secrets=True)
     base_url = setting(ctx, "TELEGRAM_API_BASE_URL", secrets=True) or DEFAULT_API_BASE_URL
@@ -206,13 +223,18 @@ async def main(ctx: ConnectorContext) -> None:
                             f"[telegram] the Bot API rejected the token ({exc.description})"
                         ) from None
                     wait = exc.retry_after if exc.status == 429 and exc.retry_after else None
-                    ctx.logger.warning("[telegram] getUpdates failed", status=exc.status,
-                                       error=exc.description, retryInS=wait or retry_delay)
+                    ctx.logger.warning(
+                        "[telegram] getUpdates failed",
+                        status=exc.status,
+                        error=exc.description,
+                        retryInS=wait or retry_delay,
+                    )
                     await ctx.sleep(wait if wait is not None else retry_delay)
                     continue
                 except httpx.HTTPError as exc:
-                    ctx.logger.warning("[telegram] getUpdates request failed",
-                                       error=f"{type(exc).__name__}: {exc}")
+                    ctx.logger.warning(
+                        "[telegram] getUpdates request failed", error=f"{type(exc).__name__}: {exc}"
+                    )
                     await ctx.sleep(retry_delay)
                     continue
                 if updates is None:  # stopping
@@ -232,26 +254,38 @@ async def main(ctx: ConnectorContext) -> None:
                             if reply:
                                 pending = await ctx.start_request(**event)
                                 props = event["properties"]
-                                task = asyncio.create_task(_send_reply(
-                                    ctx, api, pending, props["chat_id"],
-                                    props.get("message_id"), request_timeout))
+                                task = asyncio.create_task(
+                                    _send_reply(
+                                        ctx,
+                                        api,
+                                        pending,
+                                        props["chat_id"],
+                                        props.get("message_id"),
+                                        request_timeout,
+                                    )
+                                )
                                 replies.add(task)
                                 task.add_done_callback(replies.discard)
                             else:
                                 await ctx.emit(**event)
                         except EventRefused as exc:
-                            ctx.logger.warning("[telegram] update refused", updateId=update_id,
-                                               error=exc.message)
+                            ctx.logger.warning(
+                                "[telegram] update refused", updateId=update_id, error=exc.message
+                            )
                         except EventNotAcknowledged:
                             raise  # not journaled: do not confirm it; a respawn gets it again
                     offset = max(offset, update_id + 1)
             if offset > confirmed:  # confirm the last batch now, not after a restart
                 try:
-                    await api.call("getUpdates", {"offset": offset, "timeout": 0, "limit": 1},
-                                   min(request_timeout, 5.0))
+                    await api.call(
+                        "getUpdates",
+                        {"offset": offset, "timeout": 0, "limit": 1},
+                        min(request_timeout, 5.0),
+                    )
                 except (TelegramApiError, httpx.HTTPError) as exc:
-                    ctx.logger.warning("[telegram] could not confirm the last updates",
-                                       error=str(exc))
+                    ctx.logger.warning(
+                        "[telegram] could not confirm the last updates", error=str(exc)
+                    )
         finally:
             if replies:
                 await asyncio.wait(replies, timeout=2.0)

@@ -74,8 +74,12 @@ def parse_payload(
         properties_value if isinstance(properties_value, dict) else {}, drop_invalid=True
     )
     if isinstance(message, dict) and message.get("type") in ("image", "file"):
-        return {"name": name, "instance_key": instance_key, "properties": properties,
-                "message": message}
+        return {
+            "name": name,
+            "instance_key": instance_key,
+            "properties": properties,
+            "message": message,
+        }
     text = text_field(payload, "text", "message") or ""
     return {"name": name, "instance_key": instance_key, "properties": properties, "text": text}
 
@@ -98,8 +102,9 @@ async def main(ctx: ConnectorContext) -> None:
                 (request.headers[h] for h in SIGNATURE_HEADERS if h in request.headers), None
             )
             if not verify_signature(body, signature, signing_secret):
-                ctx.logger.warning("[webhook] signature verification failed",
-                                   signed=signature is not None)
+                ctx.logger.warning(
+                    "[webhook] signature verification failed", signed=signature is not None
+                )
                 return json_error(401, "E_BAD_SIGNATURE", "missing or invalid signature")
         payload = parse_object(body)
         if payload is None:
