@@ -28,7 +28,8 @@ bench: install
 lint: install
 	$(BIN)/python -m pip install -q ruff mypy
 	$(BIN)/ruff check ipc goondan agentproc orchestrator base_tools tests bench
-	$(BIN)/mypy --strict --ignore-missing-imports ipc goondan agentproc orchestrator
+	$(BIN)/ruff format --check ipc goondan agentproc orchestrator base_tools tests bench
+	$(BIN)/mypy --strict --ignore-missing-imports ipc goondan agentproc orchestrator base_tools bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info
