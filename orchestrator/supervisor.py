@@ -126,7 +126,9 @@ class Supervisor:
 
     def ensure_running(self, name: str) -> None:
         slot = self.slots[name]
-        if self._closing or slot.process is not None or slot.respawn_timer is not None:
+        # `exited` is clear from the moment a start is decided until that process is gone:
+        # a second caller while the launch is still under way must not start another one.
+        if self._closing or not slot.exited.is_set() or slot.respawn_timer is not None:
             return
         slot.status = "spawning"
         slot.exited.clear()
