@@ -180,6 +180,8 @@ class Supervisor:
             self._on_exit(Exit(slot.name, None, False, False, slot.consecutive_crashes, error))
             return
         self._log.debug("agent process started", agent=slot.name, pid=slot.process.pid)
+        if slot.stopping:
+            slot.process.terminate()  # a stop came while it was being launched
         code = await slot.process.wait()
         self._exited(slot, code)
 
@@ -255,16 +257,19 @@ class Supervisor:
         if slot.respawn_timer is not None:
             slot.respawn_timer.cancel()
             slot.respawn_timer = None
-        process = slot.process
-        if process is None:
-            return
+        if slot.exited.is_set():
+            return  # nothing runs
         slot.stopping = True
         slot.status = "draining"
-        if not (slot.ready and send_shutdown(name)):
+        process = slot.process
+        if process is None:
+            pass  # still being launched: `_run` terminates it the moment it exists
+        elif not (slot.ready and send_shutdown(name)):
             process.terminate()  # not ready yet: it has nothing to drain
         try:
             await asyncio.wait_for(slot.exited.wait(), grace_s)
         except TimeoutError:
             self._log.warning("agent did not stop in time; killing it", agent=name)
-            process.kill()
+            if slot.process is not None:
+                slot.process.kill()
             await slot.exited.wait()

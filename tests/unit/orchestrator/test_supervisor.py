@@ -64,3 +64,20 @@ async def test_starting_twice_while_a_launch_is_under_way_starts_one_process():
     assert supervisor.slots["a"].restarts == 1
     launcher.children[1].kill()
     await asyncio.sleep(0.01)
+
+
+async def test_a_stop_during_the_launch_stops_the_new_process():
+    launcher = RecordingLauncher()
+    exits: list[Exit] = []
+    supervisor = Supervisor(
+        ["a"],
+        {"agent": launcher, "connector": launcher},
+        on_ready=lambda n: None,
+        on_exit=exits.append,
+    )
+    supervisor.ensure_running("a")
+    await asyncio.wait_for(supervisor.stop("a", lambda name: False, grace_s=1), 2)
+    assert len(launcher.children) == 1 and launcher.children[0].done.result() == -15
+    [exit] = exits
+    assert not exit.crashed  # a requested stop is not a crash
+    assert supervisor.slots["a"].status == "terminated"
