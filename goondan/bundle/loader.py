@@ -94,7 +94,7 @@ def _locate(path: Path) -> tuple[Path, Path]:
             [
                 ConfigError(
                     code=codes.FILE_NOT_FOUND,
-                    message=f"{path}: no such file or directory",
+                    message="no such file or directory",
                     file=str(path),
                     suggestion=hint,
                 )
