@@ -1,17 +1,26 @@
 """ipc.Channel over real ZeroMQ sockets: nothing lost, order kept, even past the high-water mark."""
 
 import asyncio
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import zmq
 
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, connect_dealer
 
 
-async def test_ten_thousand_messages_each_way_in_order():
-    directory = Path(tempfile.mkdtemp(prefix="gi-"))
+@pytest.fixture
+def directory() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="gi-"))  # short: unix socket paths max 107 bytes
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_ten_thousand_messages_each_way_in_order(directory):
     endpoint = f"ipc://{directory}/c.sock"
     ctx = zmq.Context()
     router_got: list[bytes] = []
@@ -45,8 +54,7 @@ async def test_ten_thousand_messages_each_way_in_order():
         ctx.term()
 
 
-async def test_a_full_peer_queue_waits_in_the_outbox_then_drains():
-    directory = Path(tempfile.mkdtemp(prefix="gi-"))
+async def test_a_full_peer_queue_waits_in_the_outbox_then_drains(directory):
     endpoint = f"ipc://{directory}/c.sock"
     ctx = zmq.Context()
     received: list[bytes] = []
