@@ -61,6 +61,12 @@ async def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, d
     model_resource = bundle.agent_model(agent)
     model = model_resource.spec
     api_key = resolve_value(model.api_key, os.environ) if model.api_key else None
+    if model.api_key is not None and model.api_key.env and not api_key:
+        raise StartError(
+            f"{model_resource.label}: the environment variable {model.api_key.env} is not set "
+            "(Model.spec.apiKey.valueFrom.env); set it where the daemon runs "
+            "(for systemd: the unit's EnvironmentFile)"
+        )
     try:
         provider = make_provider(model, api_key)
         registry = ToolRegistry.from_resources(bundle.agent_tools(agent))

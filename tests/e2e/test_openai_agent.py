@@ -110,7 +110,7 @@ def test_missing_api_key_names_what_to_set(start_daemon, tmp_path):
     proc = daemon.send("hello")
     assert proc.returncode == 1
     assert "E_AGENT_START" in proc.stderr and "Model/gpt" in proc.stderr
-    assert "apiKey" in proc.stderr
+    assert "FAKE_OPENAI_KEY is not set" in proc.stderr and "apiKey" in proc.stderr
 
 
 STREAMING = BUNDLE.replace(
