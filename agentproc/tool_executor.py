@@ -190,18 +190,17 @@ async def execute_tool_call(
     call: ToolCall,
     make_context: Callable[[ToolCall], ToolContext],
 ) -> ToolResult:
-    """One call, start to end, without middleware (tools' own tests, the dispatch bench)."""
+    """One call, start to end, without middleware or a turn (for testing tools by themselves);
+    the loop keeps one `ToolExecutor` per agent instead."""
     try:
         args = parse_arguments(call.arguments)
     except ArgumentsError as exc:
         return invalid_args(call.name, str(exc))
-    executor = _executors.get(id(registry))
-    if executor is None or executor.registry is not registry:
-        executor = _executors[id(registry)] = ToolExecutor(registry)
-    return await executor.invoke(call.name, args, lambda: make_context(call), catalog=catalog)
-
-
-_executors: dict[int, ToolExecutor] = {}
+    executor = ToolExecutor(registry)
+    try:
+        return await executor.invoke(call.name, args, lambda: make_context(call), catalog=catalog)
+    finally:
+        executor.close()  # its thread pool, if a sync handler needed one
 
 
 def not_in_catalog(name: str, catalog: Collection[str]) -> ToolResult:
