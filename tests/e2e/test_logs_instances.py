@@ -54,3 +54,32 @@ def test_logs_merges_files_by_time_and_filters(state_root):
     assert json.loads(only)["type"] == "turn.completed"
     empty = goondan("logs", "--state-root", str(state_root / "nothing"))
     assert empty.returncode == 1 and "no runtime events" in empty.stderr
+
+
+def test_one_request_traced_across_agents(state_root):
+    from tests.e2e.conftest import QUICKSTART
+
+    run = goondan(
+        "run", str(QUICKSTART), "--state-root", str(state_root), "--input", "What is 2 plus 3?"
+    )
+    assert run.returncode == 0
+    events = [
+        json.loads(line)
+        for line in goondan("logs", "--state-root", str(state_root)).stdout.splitlines()
+    ]
+    [trace] = {e["traceId"] for e in events}  # one request, one trace, two agents
+    assert {e["agentName"] for e in events} == {"assistant", "researcher"}
+    delegated = next(
+        e
+        for e in events
+        if e["type"] == "tool.called" and e["data"].get("toolName") == "agents__request"
+    )
+    callee_turn = next(
+        e for e in events if e["type"] == "turn.started" and e["agentName"] == "researcher"
+    )
+    # the researcher's turn hangs under the assistant's tool call in the trace
+    assert callee_turn["parentSpanId"] == delegated["spanId"]
+    shown = goondan(
+        "logs", "--trace", trace, "--agent", "researcher", "--state-root", str(state_root)
+    )
+    assert {json.loads(line)["agentName"] for line in shown.stdout.splitlines()} == {"researcher"}
