@@ -426,7 +426,9 @@ class Daemon:
             self.connections.on_event(name, identity, env)
         elif kind == wire.CONTROL:
             command = wire.decode_payload(env, wire.Control)
-            reply = self._agent_command(name, command)
+            reply = self.instances.handle(name, command, self.router.agents)
+            if reply.ok and command.command == "spawn":
+                self.supervisor.ensure_running(reply.result["target"])
             answer = wire.encode(
                 wire.CONTROL_REPLY,
                 wire.ORCHESTRATOR,
@@ -443,30 +445,6 @@ class Daemon:
             self._log.debug("shutdown acknowledged", agent=name)
         else:
             self._log.warning("dropped message of unknown type", sender=name, type=kind)
-
-    def _agent_command(self, caller: str, command: wire.Control) -> wire.ControlReply:
-        """`agents__spawn` / `agents__list` from an agent's tools."""
-        args = command.args
-        owner_key = str(args.get("owner") or "")
-        if command.command == "spawn":
-            target = str(args.get("target") or "")
-            if target not in self.router.agents:
-                known = ", ".join(sorted(self.router.agents))
-                error = wire.ErrorInfo(
-                    "AGENT_NOT_FOUND", f"Agent '{target}' is not in this swarm (agents: {known})"
-                )
-                return wire.ControlReply(False, error=error)
-            key = args.get("instanceKey")
-            instance = self.instances.spawn(target, key and str(key), caller, owner_key)
-            self.supervisor.ensure_running(target)
-            return wire.ControlReply(
-                True, {"target": target, "instanceKey": instance.instance_key, "spawned": True}
-            )
-        if command.command == "list":
-            agents = self.instances.list(caller, owner_key, bool(args.get("includeAll")))
-            return wire.ControlReply(True, {"count": len(agents), "agents": agents})
-        error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown agent command '{command.command}'")
-        return wire.ControlReply(False, error=error)
 
     def _forward_update(self, env: wire.Envelope) -> None:
         """Streamed text / tool progress of a turn, to a CLI client waiting on it."""

@@ -8,6 +8,8 @@ from typing import Any
 
 import msgspec
 
+from ipc import messages as wire
+
 
 class SpawnedInstance(msgspec.Struct, frozen=True, rename="camel"):
     target: str
@@ -38,3 +40,25 @@ class InstanceRegistry:
             for i in self._instances.values()
             if include_all or (i.owner_agent, i.owner_instance_key) == (owner, owner_key)
         ]
+
+    def handle(self, caller: str, command: wire.Control, agents: set[str]) -> wire.ControlReply:
+        """`agents__spawn` / `agents__list` from the tools of agent `caller`."""
+        args = command.args
+        owner_key = str(args.get("owner") or "")
+        if command.command == "spawn":
+            target = str(args.get("target") or "")
+            if target not in agents:
+                known = ", ".join(sorted(agents))
+                error = wire.ErrorInfo(
+                    "AGENT_NOT_FOUND", f"Agent '{target}' is not in this swarm (agents: {known})"
+                )
+                return wire.ControlReply(False, error=error)
+            key = args.get("instanceKey")
+            instance = self.spawn(target, key and str(key), caller, owner_key)
+            result = {"target": target, "instanceKey": instance.instance_key, "spawned": True}
+            return wire.ControlReply(True, result)
+        if command.command == "list":
+            found = self.list(caller, owner_key, bool(args.get("includeAll")))
+            return wire.ControlReply(True, {"count": len(found), "agents": found})
+        error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown agent command '{command.command}'")
+        return wire.ControlReply(False, error=error)
