@@ -36,6 +36,7 @@ class Channel:
         self._loop = loop or asyncio.get_running_loop()
         self._outbox: deque[Frames] = deque()
         self._drain_scheduled = False
+        self._draining = False
         self._closed = False
 
     def start(self) -> None:
@@ -74,8 +75,11 @@ class Channel:
                 self.sock.send_multipart(frames, zmq.NOBLOCK)
             except zmq.Again:
                 self._outbox.append(frames)
-        # The send may have consumed the fd's "readable" edge: look now (cheaper than a
-        # callback), and drain on the next loop turn only if something is waiting.
+        # The send may have consumed the fd's "readable" edge. Inside the drain loop (a send
+        # from a message handler) the loop looks at ZMQ_EVENTS again anyway; otherwise look
+        # now, and drain on the next loop turn only if something is waiting.
+        if self._draining or self._drain_scheduled:
+            return
         if self._outbox or int(self.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
             self._schedule_drain()
 
@@ -86,6 +90,16 @@ class Channel:
 
     def _on_readable(self) -> None:
         self._drain_scheduled = False
+        self._draining = True
+        try:
+            self._drain()
+        finally:
+            self._draining = False
+        if self._outbox and not self._closed:
+            # The peer is slow; try again shortly rather than spinning.
+            self._loop.call_later(0.001, self._schedule_drain)
+
+    def _drain(self) -> None:
         sock = self.sock
         while not self._closed:
             events = int(sock.getsockopt(zmq.EVENTS))
@@ -102,9 +116,6 @@ class Channel:
                     progressed = True
             if not progressed:
                 break
-        if self._outbox and not self._closed:
-            # The peer is slow; try again shortly rather than spinning.
-            self._loop.call_later(0.001, self._schedule_drain)
 
     def _flush_outbox(self) -> bool:
         sent = False
