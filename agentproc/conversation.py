@@ -2,7 +2,10 @@
 
 Every message change during a turn (append, and the replace / remove / truncate extensions
 emit) is written to `events.jsonl` (to the OS, before the loop moves on), so an agent crash
-loses nothing. At turn end `fold()` writes a new base atomically
+loses nothing. The one exception is an append made with `hold=True` (a turn's input): it goes
+out with the next change or `flush()`, so a turn that only answers costs one write; an input
+lost with a crash before then is delivered again by the orchestrator. `fold()` writes a new
+base atomically
 (write, fsync, rename) and only then empties the events. Loading replays base + events, and
 gives every tool call that never got a result a synthetic error result, written back to disk,
 so the conversation stays valid for the provider.
@@ -11,6 +14,7 @@ so the conversation stays valid for the provider.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import msgspec
@@ -61,6 +65,8 @@ class Conversation:
         self._requests: dict[str, int] | None = None  # requestId -> index of its user message
         self._dirty = False
         self.events_bytes = 0  # appended to events.jsonl since the last fold
+        self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
+        self._fold_lock = threading.Lock()
 
     @property
     def dirty(self) -> bool:
@@ -99,10 +105,17 @@ class Conversation:
             if isinstance(request_id, str) and request_id:
                 self._requests[request_id] = index
 
-    def append(self, message: Message) -> None:
+    def append(self, message: Message, *, hold: bool = False) -> None:
+        """With `hold`, the event is written with the next one (or `flush()`), not now."""
         self.messages.append(message)
         self._index_request(len(self.messages) - 1, message)
-        self._write_event(Append(message))
+        self._write_event(Append(message), hold=hold)
+
+    def flush(self) -> None:
+        """Write the held events, if any."""
+        if self._held:
+            self._write(b"".join(self._held))
+            self._held.clear()
 
     def truncate(self) -> None:
         self.messages.clear()
@@ -128,7 +141,12 @@ class Conversation:
         return True
 
     def fold(self) -> None:
-        """Make base = base + events, atomically, then clear the events."""
+        """Make base = base + events, atomically, then clear the events. Thread-safe against
+        itself (a fold in a worker thread cut off by shutdown meets the final one)."""
+        with self._fold_lock:
+            self._fold()
+
+    def _fold(self) -> None:
         if not self._dirty:
             return
         tmp = self.base_path.with_suffix(".jsonl.tmp")
@@ -142,25 +160,31 @@ class Conversation:
         self._close_events()
         with open(self.events_path, "wb"):
             pass
+        self._held.clear()  # in the new base
         self._dirty = False
         self.events_bytes = 0
 
     def close(self) -> None:
+        self.flush()
         self._close_events()
 
-    def _write_event(self, event: AnyEvent) -> None:
+    def _write_event(self, event: AnyEvent, *, hold: bool = False) -> None:
+        self._held.append(_encoder.encode(event) + b"\n")
+        self._dirty = True
+        if not hold:
+            self.flush()
+
+    def _write(self, data: bytes) -> None:
         if self._events_fd is None:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._events_fd = os.open(
                 self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
             )
-        # One write() per event: it reaches the OS before we return, so a crash keeps it.
-        line = _encoder.encode(event) + b"\n"
-        os.write(self._events_fd, line)
-        self.events_bytes += len(line)
+        # One write() for the lot: it reaches the OS before we return, so a crash keeps it.
+        os.write(self._events_fd, data)
+        self.events_bytes += len(data)
         if self._fsync_events:
             os.fsync(self._events_fd)
-        self._dirty = True
 
     def _close_events(self) -> None:
         if self._events_fd is not None:

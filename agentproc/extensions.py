@@ -81,6 +81,9 @@ class EventBus:
             except Exception:
                 self._log.exception("extension event handler failed", eventName=event)
 
+    def wants(self, event: str) -> bool:
+        return event in self._handlers
+
     def publish(self, event: str, payload: dict[str, Any]) -> None:
         """A runtime event (`turn.completed`, `tool.called`, ...), for subscribers only."""
         if event in self._handlers:

@@ -26,14 +26,23 @@ INBOX_LIMIT = 256  # messages waiting for an instance's next step
 
 
 class Instance:
-    def __init__(self, key: str, directory: Path, *, fsync_events: bool = False) -> None:
+    def __init__(
+        self,
+        key: str,
+        directory: Path,
+        *,
+        workdir: Path | None = None,
+        fsync_events: bool = False,
+    ) -> None:
         self.key = key
         self.directory = directory
+        self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
         self.conversation = Conversation(directory, fsync_events=fsync_events)
         self.events = RuntimeEventLog(directory)
         self.state = ExtensionStateStore(directory / "extensions")
         self.jobs = PendingJobs(directory, self.deliver)
         self._inbox: list[Message] = []
+        self.last_turn_at = 0.0  # time.monotonic() when the last turn ended
         self._log = structlog.get_logger().bind(instanceKey=key)
 
     def load(self) -> Instance:

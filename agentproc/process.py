@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import time
 from typing import Any, Literal
 
 import msgspec
@@ -23,7 +24,7 @@ from ipc.channel import Channel
 HEARTBEAT_INTERVAL_S = 1.0
 CANCEL_WAIT_S = 2.0  # after the grace period: how long cancelled turns get to wind down
 FOLD_EVENTS_BYTES = 256 * 1024  # fold a conversation when its events file grows past this
-FOLD_QUIET_S = 5.0  # ... or when its instance has had no turn running for about this long
+FOLD_QUIET_S = 5.0  # ... or when its instance has had no turn for at least this long
 Durability = Literal["os", "fsync"]
 
 
@@ -40,6 +41,10 @@ class Job(msgspec.Struct, frozen=True):
     reply_to: str = ""
     parent_span_id: str | None = None  # the requester's span (its tool call), for traces
     metadata: dict[str, Any] = {}  # from the request (event name, properties, toolPolicy)
+
+
+class Fold(msgspec.Struct, frozen=True):
+    """Queued work for an instance: fold its conversation (in a thread: fsyncs block)."""
 
 
 class AgentProcess:
@@ -63,7 +68,7 @@ class AgentProcess:
         self.channel = Channel(sock, self.on_frames)
         self.log = structlog.get_logger().bind(agent=self.name)
         self.peers = PeerClient(self.name, self._send)
-        self.queues: InstanceQueues[Job] = InstanceQueues(self._run_job)
+        self.queues: InstanceQueues[Job | Fold] = InstanceQueues(self._run_job)
         self._instances: dict[str, Instance] = {}
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
@@ -134,7 +139,10 @@ class AgentProcess:
         if instance is None:
             directory = self.paths.conversation_dir(self.swarm, key, self.name)
             instance = self._instances[key] = Instance(
-                key, directory, fsync_events=self.durability == "fsync"
+                key,
+                directory,
+                workdir=self.paths.workdir(self.swarm, key),
+                fsync_events=self.durability == "fsync",
             ).load()
         return instance
 
@@ -142,9 +150,14 @@ class AgentProcess:
         """An async request's answer: it joins the conversation before the next step/turn."""
         self._instance(key).deliver(message)
 
-    async def _run_job(self, key: str, job: Job) -> None:
+    async def _run_job(self, key: str, job: Job | Fold) -> None:
         instance = self._instance(key)
         conversation = instance.conversation
+        if isinstance(job, Fold):
+            # Queued like a turn, so no turn of this instance runs meanwhile; in a thread, so
+            # the other instances (and heartbeats) go on while the disk syncs.
+            await asyncio.to_thread(conversation.fold)
+            return
         replay = find_request(conversation, job.request_id)
         if replay is not None and replay.answer is not None:
             # Answered before the crash or restart, but the answer never arrived: resend it.
@@ -175,7 +188,7 @@ class AgentProcess:
                 instance,
                 turn_input,
                 runtime,
-                self.paths.workdir(self.swarm, key),
+                instance.workdir,
                 resume=replay is not None,
                 updates=self._updates_for(job),
             )
@@ -190,12 +203,13 @@ class AgentProcess:
             error = wire.ErrorInfo("E_TURN_FAILED", f"{type(exc).__name__}: {exc}")
             result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
         self._reply(job, result)
+        instance.last_turn_at = time.monotonic()
         # The turn's events are already with the OS, so the answer is safe from a crash. The
         # fold (two fsyncs) would cost more than the turn itself: it waits until the events
         # grow large, the instance goes quiet (`_fold_quiet_instances`), or the agent stops.
         # With `durability: fsync`, every event was fsync'd and each turn is folded at once.
         if self.durability == "fsync" or conversation.events_bytes > FOLD_EVENTS_BYTES:
-            conversation.fold()
+            await asyncio.to_thread(conversation.fold)
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
@@ -275,11 +289,17 @@ class AgentProcess:
         self._stop.set()
 
     async def _fold_quiet_instances(self) -> None:
+        """Fold the conversations that changed and then had no turn for FOLD_QUIET_S."""
         while True:
-            await asyncio.sleep(FOLD_QUIET_S)
+            await asyncio.sleep(FOLD_QUIET_S / 2)
+            quiet_since = time.monotonic() - FOLD_QUIET_S
             for key, instance in self._instances.items():
-                if instance.conversation.dirty and not self.queues.is_busy(key):
-                    instance.conversation.fold()
+                if (
+                    instance.conversation.dirty
+                    and instance.last_turn_at <= quiet_since
+                    and not self.queues.is_busy(key)
+                ):
+                    self.queues.submit(key, Fold())
 
     async def _heartbeat(self) -> None:
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)

@@ -11,7 +11,7 @@ with `parentSpanId` forms turn -> step -> tool. `goondan logs` reads these files
 from __future__ import annotations
 
 import os
-import secrets
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -33,25 +33,36 @@ class RuntimeEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="came
     data: dict[str, Any] = {}
 
 
+def new_id(bits: int = 64) -> str:
+    """A random hex id (span and turn ids). Not a secret, so not `secrets`: that costs a
+    system call per id. The module's generator is reseeded in every forked child."""
+    return f"{random.getrandbits(bits):0{bits // 4}x}"
+
+
 def new_span_id() -> str:
-    return secrets.token_hex(8)
+    return new_id(64)
+
+
+_second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
 
 
 def now_iso() -> str:
     """UTC with microseconds, e.g. `2026-11-23T05:29:34.123456Z` (sortable as text)."""
     now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+    whole = int(now)
+    if whole != _second[0]:  # strftime once per second, not once per event
+        _second[:] = [whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))]
+    return f"{_second[1]}.{int((now - whole) * 1e6):06d}Z"
 
 
 _encoder = msgspec.json.Encoder()
 event_decoder = msgspec.json.Decoder(RuntimeEvent)
 
 
-# The events that end something (or start a tool, which may crash the process) are written at
-# once, together with what was held back; the others wait for them: fewer writes per turn.
-_WRITE_NOW = frozenset(
-    {"tool.called", "step.completed", "step.failed", "turn.completed", "turn.failed"}
-)
+# The events that end a turn (or start a tool, which may crash the process) are written at
+# once, together with what was held back; the others wait for them: one write for a turn that
+# only answers. A step that continues the turn ran tools, so `tool.called` flushed it.
+_WRITE_NOW = frozenset({"tool.called", "turn.completed", "turn.failed"})
 
 
 class RuntimeEventLog:

@@ -19,6 +19,8 @@ current_span: ContextVar[str | None] = ContextVar("goondan_current_span", defaul
 
 
 class EventBus(Protocol):
+    def wants(self, event: str) -> bool: ...
+
     def publish(self, event: str, payload: dict[str, Any]) -> None: ...
 
 
@@ -62,7 +64,7 @@ class TurnTracer:
         )
         if self._log is not None:
             self._log.emit(record)
-        if self._bus is not None:
+        if self._bus is not None and self._bus.wants(event):
             self._bus.publish(
                 event,
                 {

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from agentproc.loop_guard import LoopGuard
 from agentproc.messages import Message, Usage
 from agentproc.middleware import Pipeline
 from agentproc.pending import POLL_TOOL, current_jobs, poll_entry
+from agentproc.runtime_events import new_id
 from agentproc.providers import Provider
 from agentproc.step import run_step
 from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
@@ -224,7 +224,7 @@ class TurnRun:
         self.input = turn_input
         self.runtime = runtime
         self.workdir = workdir
-        self.turn_id = secrets.token_hex(6)
+        self.turn_id = new_id(48)
         self.tracer = TurnTracer(
             instance.events,
             agent.bus,
@@ -341,20 +341,22 @@ class TurnRun:
     async def run(self, resume: bool) -> TurnOutcome:
         started = time.monotonic()
         if not resume:
-            self.append(
-                Message(
-                    id=self.next_id(),
-                    role="user",
-                    content=self.input.input,
-                    metadata={
-                        **self.input.metadata,
-                        "source": self.input.source,
-                        "requestId": self.input.request_id,
-                        "traceId": self.input.trace_id,
-                        "receivedAt": time.time(),
-                    },
-                )
+            message = Message(
+                id=self.next_id(),
+                role="user",
+                content=self.input.input,
+                metadata={
+                    **self.input.metadata,
+                    "source": self.input.source,
+                    "requestId": self.input.request_id,
+                    "traceId": self.input.trace_id,
+                    "receivedAt": time.time(),
+                },
             )
+            # Written with the turn's next change: until then a crash loses nothing the
+            # orchestrator would not deliver again.
+            self.conversation.append(message, hold=True)
+            self.message_events.append(AppendMessage(message))
         self.flush_inbox()
         self.tracer.turn(
             "turn.started",
@@ -391,6 +393,7 @@ class TurnRun:
                     f"turn middleware returned {type(result).__name__}, not a TurnResult"
                 )
         except asyncio.CancelledError:
+            self.conversation.flush()
             self.instance.end_turn()
             self._finished("turn.failed", self.result("aborted", ""), started)
             raise
@@ -398,6 +401,7 @@ class TurnRun:
             self.log.exception("turn failed")
             message = f"The turn failed: {type(exc).__name__}: {exc}"
             result = self.result("error", message, ErrorDetail("E_TURN_FAILED", message))
+        self.conversation.flush()
         self.instance.end_turn()
         ok = result.finish_reason in ("text_response", "max_steps")
         self._finished("turn.completed" if ok else "turn.failed", result, started)
@@ -423,12 +427,9 @@ class TurnRun:
         if result.error is not None:
             data["errorCode"] = result.error.code
             data["errorMessage"] = result.error.message
+        # No log line: every turn is in the runtime events (`goondan logs`), and binding a
+        # logger would cost more than the rest of a short turn.
         self.tracer.turn(event, data)
-        # Debug level: every turn is in the runtime events already (`goondan logs`), and a
-        # log line per turn would cost more than the rest of a short turn.
-        self.log.debug(
-            "turn finished", finishReason=result.finish_reason, steps=result.steps, ms=duration
-        )
 
     async def core_turn(self) -> TurnResult:
         agent = self.agent

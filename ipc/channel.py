@@ -16,6 +16,12 @@ import zmq
 
 Frames = list[bytes]
 
+# Plain ints: pyzmq's flags are enum members, and `int & IntFlag` builds a new member each time.
+_NOBLOCK = int(zmq.NOBLOCK)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
+
 
 class Channel:
     """Drives one sync ZeroMQ socket from an asyncio loop.
@@ -72,7 +78,7 @@ class Channel:
             self._outbox.append(frames)
         else:
             try:
-                self.sock.send_multipart(frames, zmq.NOBLOCK)
+                self._send_now(frames)
             except zmq.Again:
                 self._outbox.append(frames)
         # The send may have consumed the fd's "readable" edge. Inside the drain loop (a send
@@ -80,7 +86,7 @@ class Channel:
         # now, and drain on the next loop turn only if something is waiting.
         if self._draining or self._drain_scheduled:
             return
-        if self._outbox or int(self.sock.getsockopt(zmq.EVENTS)) & zmq.POLLIN:
+        if self._outbox or self.sock.getsockopt(_EVENTS) & _POLLIN:
             self._schedule_drain()
 
     def _schedule_drain(self) -> None:
@@ -102,13 +108,13 @@ class Channel:
     def _drain(self) -> None:
         sock = self.sock
         while not self._closed:
-            events = int(sock.getsockopt(zmq.EVENTS))
+            events = sock.getsockopt(_EVENTS)
             progressed = False
-            if self._outbox and events & zmq.POLLOUT:
+            if self._outbox and events & _POLLOUT:
                 progressed = self._flush_outbox()
-            if events & zmq.POLLIN:
+            if events & _POLLIN:
                 try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
+                    frames = sock.recv_multipart(_NOBLOCK)
                 except zmq.Again:
                     pass
                 else:
@@ -117,11 +123,17 @@ class Channel:
             if not progressed:
                 break
 
+    def _send_now(self, frames: Frames) -> None:
+        if len(frames) == 1:  # most messages: skip send_multipart's checks and flag sums
+            self.sock.send(frames[0], _NOBLOCK)
+        else:
+            self.sock.send_multipart(frames, _NOBLOCK)
+
     def _flush_outbox(self) -> bool:
         sent = False
         while self._outbox:
             try:
-                self.sock.send_multipart(self._outbox[0], zmq.NOBLOCK)
+                self._send_now(self._outbox[0])
             except zmq.Again:
                 break
             except zmq.ZMQError:
