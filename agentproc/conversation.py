@@ -19,6 +19,7 @@ from pathlib import Path
 
 import msgspec
 
+from agentproc.files import fsync_dir, open_append
 from agentproc.messages import Message
 
 INTERRUPTED = (
@@ -73,7 +74,6 @@ class Conversation:
         return self._dirty
 
     def load(self) -> list[Message]:
-        self.directory.mkdir(parents=True, exist_ok=True)
         self.messages = [_message_decoder.decode(line) for line in _lines(self.base_path)]
         self._requests = None
         replayed = False
@@ -149,6 +149,7 @@ class Conversation:
     def _fold(self) -> None:
         if not self._dirty:
             return
+        self.directory.mkdir(parents=True, exist_ok=True)  # held events only: not made yet
         tmp = self.base_path.with_suffix(".jsonl.tmp")
         with open(tmp, "wb") as out:
             for message in self.messages:
@@ -156,7 +157,7 @@ class Conversation:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.base_path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._close_events()
         with open(self.events_path, "wb"):
             pass
@@ -176,10 +177,7 @@ class Conversation:
 
     def _write(self, data: bytes) -> None:
         if self._events_fd is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._events_fd = os.open(
-                self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
-            )
+            self._events_fd = open_append(self.events_path)
         # One write() for the lot: it reaches the OS before we return, so a crash keeps it.
         os.write(self._events_fd, data)
         self.events_bytes += len(data)
@@ -258,11 +256,3 @@ def _answer_dangling_tool_calls(messages: list[Message]) -> bool:
             ordered.extend(by_call[c.id] for c in message.tool_calls if c.id in by_call)
         messages[:] = ordered
     return changed
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

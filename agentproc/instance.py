@@ -46,6 +46,8 @@ class Instance:
         self._log = structlog.get_logger().bind(instanceKey=key)
 
     def load(self) -> Instance:
+        if not self.directory.is_dir():
+            return self  # a new instance: nothing stored yet (files come with the first write)
         self.conversation.load()
         self.jobs.load(self.conversation.messages)
         return self
@@ -56,6 +58,10 @@ class Instance:
         if len(self._inbox) > INBOX_LIMIT:
             dropped = self._inbox.pop(0)
             self._log.warning("inbox full; oldest message dropped", messageId=dropped.id)
+
+    def can_unload(self) -> bool:
+        """Nothing lives only in memory: no message waiting, no long-running tool open."""
+        return not self._inbox and not self.jobs.has_open()
 
     def take_inbox(self) -> list[Message]:
         taken, self._inbox = self._inbox, []

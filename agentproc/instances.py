@@ -29,6 +29,10 @@ class InstanceQueues(Generic[J]):
     def is_busy(self, key: str) -> bool:
         return key in self._workers
 
+    def has_queued(self, key: str) -> bool:
+        """Whether jobs wait behind the running one of `key`."""
+        return bool(self._queues.get(key))
+
     def submit(self, key: str, job: J) -> None:
         self._queues.setdefault(key, deque()).append(job)
         if key not in self._workers:

@@ -157,6 +157,10 @@ class AgentProcess:
             # Queued like a turn, so no turn of this instance runs meanwhile; in a thread, so
             # the other instances (and heartbeats) go on while the disk syncs.
             await asyncio.to_thread(conversation.fold)
+            if instance.can_unload() and not self.queues.has_queued(key):
+                # Quiet and all on disk: free its memory and files; a later turn reloads it.
+                del self._instances[key]
+                instance.close()
             return
         replay = find_request(conversation, job.request_id)
         if replay is not None and replay.answer is not None:

@@ -10,6 +10,7 @@ with `parentSpanId` forms turn -> step -> tool. `goondan logs` reads these files
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import time
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from agentproc.files import open_append
 
 EVENTS_FILE = "runtime-events.jsonl"
 
@@ -33,14 +36,14 @@ class RuntimeEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="came
     data: dict[str, Any] = {}
 
 
-def new_id(bits: int = 64) -> str:
-    """A random hex id (span and turn ids). Not a secret, so not `secrets`: that costs a
-    system call per id. The module's generator is reseeded in every forked child."""
-    return f"{random.getrandbits(bits):0{bits // 4}x}"
-
-
 def new_span_id() -> str:
-    return new_id(64)
+    """16 hex digits. Not a secret, so not `secrets` (a system call per id); `random`'s
+    generator is reseeded in every forked child, so agents do not repeat each other."""
+    return f"{random.getrandbits(64):016x}"
+
+
+def new_turn_id() -> str:
+    return f"{random.getrandbits(48):012x}"
 
 
 _second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
@@ -59,32 +62,49 @@ _encoder = msgspec.json.Encoder()
 event_decoder = msgspec.json.Decoder(RuntimeEvent)
 
 
-# The events that end a turn (or start a tool, which may crash the process) are written at
-# once, together with what was held back; the others wait for them: one write for a turn that
-# only answers. A step that continues the turn ran tools, so `tool.called` flushed it.
-_WRITE_NOW = frozenset({"tool.called", "turn.completed", "turn.failed"})
+# Runtime events are written in batches, as OpenTelemetry's batch span processor exports
+# spans: a write per turn would cost as much as a short turn. A batch goes out FLUSH_AFTER_S
+# after its first event, at once when it grows past FLUSH_BYTES, before a tool runs (which may
+# take the process down: the evidence is on disk first), on a failure, and at close.
+FLUSH_AFTER_S = 1.0
+FLUSH_BYTES = 64 * 1024
+_WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 
 
 class RuntimeEventLog:
-    """Appends events for one instance of one agent to its JSONL file."""
+    """Appends events for one instance of one agent to its JSONL file, in batches."""
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / EVENTS_FILE
         self._fd: int | None = None
         self._held: list[bytes] = []
+        self._held_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
 
     def emit(self, event: RuntimeEvent) -> None:
-        self._held.append(_encoder.encode(event) + b"\n")
-        if event.type in _WRITE_NOW:
+        line = _encoder.encode(event) + b"\n"
+        self._held.append(line)
+        self._held_bytes += len(line)
+        if event.type in _WRITE_NOW or self._held_bytes > FLUSH_BYTES:
             self.flush()
+        elif self._timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop to come back later: write now
+                self.flush()
+                return
+            self._timer = loop.call_later(FLUSH_AFTER_S, self.flush)
 
     def flush(self) -> None:
+        """Write what is held now (readers in this process call it before reading)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if not self._held:
             return
         if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        data, self._held = b"".join(self._held), []
+            self._fd = open_append(self.path)
+        data, self._held, self._held_bytes = b"".join(self._held), [], 0
         os.write(self._fd, data)
 
     def close(self) -> None:

@@ -63,7 +63,7 @@ async def run_step(ctx: StepCtx) -> StepResult:
     )
     try:
         request = ModelRequest(
-            [*run.prefix, *run.conversation.messages],
+            [*run.agent.prefix, *run.conversation.messages],
             [ToolDefinition(t.name, t.description, t.parameters) for t in catalog],
             dict(run.agent.params),
         )

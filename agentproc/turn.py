@@ -35,8 +35,8 @@ from agentproc.loop_guard import LoopGuard
 from agentproc.messages import Message, Usage
 from agentproc.middleware import Pipeline
 from agentproc.pending import POLL_TOOL, current_jobs, poll_entry
-from agentproc.runtime_events import new_id
 from agentproc.providers import Provider
+from agentproc.runtime_events import new_turn_id
 from agentproc.step import run_step
 from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
 from agentproc.tool_registry import ToolRegistry
@@ -82,8 +82,11 @@ class AgentDefinition:
     tool_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
+    prefix: list[Message] = field(init=False)  # what every model request starts with
 
     def __post_init__(self) -> None:
+        system = self.system_prompt
+        self.prefix = [Message(id="system", role="system", content=system)] if system else []
         self.executor = ToolExecutor(self.registry, default_timeout_ms=self.tool_timeout_ms)
         self.catalog = CatalogBuilder(self.registry, self.policy)
         if self.registry.get(POLL_TOOL) is None:
@@ -224,7 +227,7 @@ class TurnRun:
         self.input = turn_input
         self.runtime = runtime
         self.workdir = workdir
-        self.turn_id = new_id(48)
+        self.turn_id = new_turn_id()
         self.tracer = TurnTracer(
             instance.events,
             agent.bus,
@@ -246,8 +249,6 @@ class TurnRun:
         self.message_events: list[MessageEvent] = []
         self.view = _ConversationView(self, list(self.conversation.messages))
         self.metadata: dict[str, Any] = {}
-        system = agent.system_prompt
-        self.prefix = [Message(id="system", role="system", content=system)] if system else []
         self._seq = 0
 
     @functools.cached_property
@@ -434,9 +435,10 @@ class TurnRun:
     async def core_turn(self) -> TurnResult:
         agent = self.agent
         deadline = self.budget.deadline
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if deadline is None:
+            return await self._steps()
         try:
-            async with asyncio.timeout(remaining) as scope:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())) as scope:
                 return await self._steps()
         except TimeoutError:
             if not scope.expired():

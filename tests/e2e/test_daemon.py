@@ -3,6 +3,7 @@
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -189,3 +190,12 @@ def test_quiet_conversations_are_folded_soon(start_daemon, state_root):
     wait_for(lambda: "What is 3 plus 3?" in _base_contents(state_root), timeout=15)
     events = state_root / "swarms/default/instances/cli/assistant/events.jsonl"
     assert events.read_bytes() == b""
+    # Folded and quiet, the instance left the agent's memory and closed its files; the next
+    # turn reloads it and the conversation goes on where it was.
+    fds = Path(f"/proc/{daemon.process('assistant')['pid']}/fd")
+    wait_for(lambda: not any("instances/cli" in os.readlink(fd) for fd in fds.iterdir()))
+    assert daemon.send("What is 4 plus 4?").returncode == 0
+    wait_for(lambda: "What is 4 plus 4?" in _base_contents(state_root), timeout=15)
+    base = _base_contents(state_root)
+    assert base.index("What is 3 plus 3?") < base.index("What is 4 plus 4?")
+    assert base.count("What is 3 plus 3?") == 1

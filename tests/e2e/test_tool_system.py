@@ -272,6 +272,8 @@ def test_a_trace_crosses_agents_with_the_tool_span_as_parent(start_daemon, state
         path = paths.conversation_dir("default", "cli", agent) / EVENTS_FILE
         return [event_decoder.decode(line) for line in path.read_bytes().splitlines()]
 
+    # Runtime events are written in batches, within a second of the turn's end.
+    wait_for(lambda: load("assistant")[-1].type == "turn.completed", timeout=5)
     caller, callee = load("assistant"), load("researcher")
     [request_span] = [
         e.span_id

@@ -127,6 +127,7 @@ async def turn(
 
 
 def events(inst: Instance) -> list[Any]:
+    inst.events.flush()  # batched: written a second after the turn, or now
     path = inst.events.path
     if not path.exists():
         return []
