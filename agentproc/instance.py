@@ -43,7 +43,6 @@ class Instance:
         self.jobs = PendingJobs(directory, self.deliver)
         self._inbox: list[Message] = []
         self.last_turn_at = 0.0  # time.monotonic() when the last turn ended
-        self._log = structlog.get_logger().bind(instanceKey=key)
 
     def load(self) -> Instance:
         if not self.directory.is_dir():
@@ -57,7 +56,9 @@ class Instance:
         self._inbox.append(message)
         if len(self._inbox) > INBOX_LIMIT:
             dropped = self._inbox.pop(0)
-            self._log.warning("inbox full; oldest message dropped", messageId=dropped.id)
+            structlog.get_logger().warning(
+                "inbox full; oldest message dropped", instanceKey=self.key, messageId=dropped.id
+            )
 
     def can_unload(self) -> bool:
         """Nothing lives only in memory: no message waiting, no long-running tool open."""

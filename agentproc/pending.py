@@ -62,7 +62,6 @@ class PendingJobs:
         self._deliver = deliver
         self._records: dict[str, JobRecord] = {}
         self._tasks: dict[str, asyncio.Future[Any]] = {}
-        self._log = structlog.get_logger().bind(component="pending-tools")
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -73,7 +72,9 @@ class PendingJobs:
         except FileNotFoundError:
             return
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            self._log.warning("unreadable pending-tools file ignored", error=str(exc))
+            structlog.get_logger().warning(
+                "unreadable pending-tools file ignored", path=str(self.path), error=str(exc)
+            )
             return
         delivered = delivered_handles(messages)
         for record in records:

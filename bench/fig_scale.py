@@ -3,10 +3,12 @@
 Product: a real `goondan run` daemon with 200 scripted agents (no tools), started by a first
 wave of one delegate each (the time until all 200 answered is reported too). Then 50 waves: each
 wave sends one delegate to every agent at once (200 in flight) and waits for all the answers
-before the next; 50 x 200 = 10,000 delegates. The instance key changes every 10 waves, so a
-conversation holds at most 20 messages. Latency is per delegate, from the driver's send to its
-answer. Lost = sent minus answered `ok` (no answer at all, or an error answer; the note splits
-them). Baseline: the same driver and waves through the bare broker to 200 bare agents.
+before the next; 50 x 200 = 10,000 delegates. Every agent moves to a new conversation (instance
+key) every 10 waves, a tenth of the agents in each wave, as new conversations arrive over time
+in a real daemon; so a conversation holds at most 20 messages. Latency is per delegate, from
+the driver's send to its answer. Lost = sent minus answered `ok` (no answer at all, or an error
+answer; the note splits them). Baseline: the same driver and waves through the bare broker to
+200 bare agents.
 """
 
 from __future__ import annotations
@@ -25,17 +27,29 @@ WAVE_TIMEOUT_S = 60.0
 BUDGET_S = 240.0  # per arm, after start-up: waves stop early (and say so) past this
 
 
+def _conversation(agent: int, wave: int) -> str:
+    """The instance key agent `agent` uses in `wave`: a new one every 10 waves, with the agents'
+    moves spread over the waves (a tenth of them in each)."""
+    return f"k{(wave + agent % 10) // 10}"
+
+
+def _payloads(names: list[str], wave: int, timeout_ms: int = 60_000) -> list[tuple[str, bytes]]:
+    return [
+        (name, product.delegate_payload("ping", _conversation(i, wave), "driver", timeout_ms))
+        for i, name in enumerate(names)
+    ]
+
+
 def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any]:
     total = WaveResult()
     sent = 0
     started = time.monotonic()
-    payloads = {k: product.delegate_payload("ping", f"k{k}", "driver") for k in range(waves)}
+    requests = [_payloads(names, wave) for wave in range(waves)]
     for wave in range(waves):
         if time.monotonic() - started > BUDGET_S:
             log(f"scale: {tag}: time budget spent after {wave} waves")
             break
-        payload = payloads[wave // 10]
-        result = drv.wave([(name, payload) for name in names], WAVE_TIMEOUT_S)
+        result = drv.wave(requests[wave], WAVE_TIMEOUT_S)
         sent += len(names)
         total.ok += result.ok
         total.lost += result.lost
@@ -71,9 +85,9 @@ def _product(names: list[str], waves: int) -> dict[str, Any]:
                 if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
                     raise RuntimeError("the orchestrator did not take the driver's `ready`")
                 log(f"scale: product: starting {len(names)} agents")
-                payload = product.delegate_payload("ping", "start", "driver", timeout_ms=180_000)
                 started = time.monotonic()
-                first = drv.wave([(name, payload) for name in names], timeout_s=185)
+                # in the conversations the first wave goes on with
+                first = drv.wave(_payloads(names, 0, timeout_ms=180_000), timeout_s=185)
                 startup = {
                     "seconds": time.monotonic() - started,
                     "answered": first.ok,
