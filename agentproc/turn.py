@@ -47,6 +47,7 @@ from goondan.extensions import (
     ErrorDetail,
     FinishReason,
     InputEvent,
+    Layer,
     MessageEvent,
     MiddlewareAgents,
     MiddlewareError,
@@ -58,6 +59,7 @@ from goondan.extensions import (
     TurnMiddlewareContext,
     TurnResult,
 )
+from goondan.logs import log_context
 from goondan.tools import AgentRuntime
 
 MAX_CORRECTIONS = 2  # corrective retries of one kind in a row (malformed, empty)
@@ -164,13 +166,17 @@ async def run_turn(
         current_span.set(run.tracer.turn_span),
     )
     # Every log line of the turn (extensions' and tools' too) names the instance and trace.
-    bound = structlog.contextvars.bind_contextvars(
-        instanceKey=turn_input.instance_key, traceId=turn_input.trace_id, turnId=run.turn_id
+    logged = log_context.set(
+        {
+            "instanceKey": turn_input.instance_key,
+            "traceId": turn_input.trace_id,
+            "turnId": run.turn_id,
+        }
     )
     try:
         return await run.run(resume)
     finally:
-        structlog.contextvars.reset_contextvars(**bound)
+        log_context.reset(logged)
         current_span.reset(tokens[2])
         current_jobs.reset(tokens[1])
         current_state.reset(tokens[0])
@@ -240,7 +246,6 @@ class TurnRun:
 
         self.meter = UsageMeter(agent.pricing)
         self.budget = TurnBudget(agent.budget)
-        self.guard = LoopGuard(agent.loop_detection)
         self.streaks = {"malformed": 0, "empty": 0}
         self.steps = 0
         self.last_text = ""
@@ -250,6 +255,11 @@ class TurnRun:
         self.view = _ConversationView(self, list(self.conversation.messages))
         self.metadata: dict[str, Any] = {}
         self._seq = 0
+
+    @functools.cached_property
+    def guard(self) -> LoopGuard:
+        """Made on the turn's first tool call: most turns call none."""
+        return LoopGuard(self.agent.loop_detection)
 
     @functools.cached_property
     def log(self) -> structlog.typing.FilteringBoundLogger:
@@ -368,27 +378,12 @@ class TurnRun:
                 "input": _preview(self.input.input),
             },
         )
-        ctx = TurnCtx(
-            self.agent.pipeline.chain("turn", _turn_core),
-            agent_name=self.agent.name,
-            instance_key=self.input.instance_key,
-            turn_id=self.turn_id,
-            trace_id=self.input.trace_id,
-            input_event=InputEvent(
-                self.input.input,
-                self.input.source,
-                self.input.instance_key,
-                self.input.request_id,
-                self.input.metadata,
-            ),
-            conversation_state=self.view,
-            agents=self._agents(),
-            emit=self.emit,
-        )
-        ctx.run = self
-        ctx.metadata = self.metadata
+        layers = self.agent.pipeline.chain("turn", _turn_core)
         try:
-            result = await ctx._start()
+            if len(layers) == 1:  # no turn middleware: no context object to build
+                result = await self.core_turn()
+            else:
+                result = await self._turn_ctx(layers)._start()
             if not isinstance(result, TurnResult):
                 raise MiddlewareError(
                     f"turn middleware returned {type(result).__name__}, not a TurnResult"
@@ -416,6 +411,28 @@ class TurnRun:
             restart_reason=self.restart_reason,
             cost_usd=usage.cost_usd,
         )
+
+    def _turn_ctx(self, layers: tuple[Layer, ...]) -> TurnCtx:
+        ctx = TurnCtx(
+            layers,
+            agent_name=self.agent.name,
+            instance_key=self.input.instance_key,
+            turn_id=self.turn_id,
+            trace_id=self.input.trace_id,
+            input_event=InputEvent(
+                self.input.input,
+                self.input.source,
+                self.input.instance_key,
+                self.input.request_id,
+                self.input.metadata,
+            ),
+            conversation_state=self.view,
+            agents=self._agents(),
+            emit=self.emit,
+        )
+        ctx.run = self
+        ctx.metadata = self.metadata
+        return ctx
 
     def _finished(self, event: str, result: TurnResult, started: float) -> None:
         duration = round((time.monotonic() - started) * 1000, 3)

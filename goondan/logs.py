@@ -8,8 +8,22 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextvars import ContextVar
 
 import structlog
+from structlog.typing import EventDict, WrappedLogger
+
+# Keys every log line of the running turn carries (instanceKey, traceId, turnId): one context
+# variable set per turn, cheaper than structlog's one variable per key.
+log_context: ContextVar[dict[str, str] | None] = ContextVar("goondan_log_context", default=None)
+
+
+def _merge_log_context(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+    context = log_context.get()
+    if context:
+        for key, value in context.items():
+            event.setdefault(key, value)
+    return event
 
 
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
@@ -25,6 +39,7 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            _merge_log_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
