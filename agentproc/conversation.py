@@ -4,11 +4,14 @@ Every message change during a turn (append, and the replace / remove / truncate 
 emit) is written to `events.jsonl` (to the OS, before the loop moves on), so an agent crash
 loses nothing. The one exception is an append made with `hold=True` (a turn's input): it goes
 out with the next change or `flush()`, so a turn that only answers costs one write; an input
-lost with a crash before then is delivered again by the orchestrator. `fold()` writes a new
-base atomically
-(write, fsync, rename) and only then empties the events. Loading replays base + events, and
-gives every tool call that never got a result a synthetic error result, written back to disk,
-so the conversation stays valid for the provider.
+lost with a crash before then is delivered again by the orchestrator.
+
+`sync()` makes the events durable (fsync); the agent calls it when an instance goes quiet.
+`fold()` writes a new base atomically (write, fsync, rename) and only then empties the events;
+the agent calls it when the events grow large (it rewrites the whole conversation). Loading
+replays base + events, cuts a torn last line a crash left, and gives every tool call that never
+got a result a synthetic error result, written back to disk, so the conversation stays valid
+for the provider.
 """
 
 from __future__ import annotations
@@ -64,8 +67,9 @@ class Conversation:
         self._events_fd: int | None = None
         self.messages: list[Message] = []
         self._requests: dict[str, int] | None = None  # requestId -> index of its user message
-        self._dirty = False
-        self.events_bytes = 0  # appended to events.jsonl since the last fold
+        self._dirty = False  # changed since the last sync or fold
+        self._dir_synced = False  # the directory's entries (new files) made durable
+        self.events_bytes = 0  # in events.jsonl: since the last fold
         self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
         self._fold_lock = threading.Lock()
 
@@ -76,17 +80,24 @@ class Conversation:
     def load(self) -> list[Message]:
         self.messages = [_message_decoder.decode(line) for line in _lines(self.base_path)]
         self._requests = None
-        replayed = False
-        for line in _lines(self.events_path):
-            try:
-                event = _event_decoder.decode(line)
-            except msgspec.DecodeError:
+        data = _read(self.events_path)
+        whole = 0  # bytes of complete, readable events
+        for line in data.splitlines(keepends=True):
+            if not line.endswith(b"\n"):
                 break  # a torn last line from a crash: everything before it is intact
-            replayed = True
-            _apply(self.messages, event)
-        repaired = _answer_dangling_tool_calls(self.messages)
-        self._dirty = replayed or repaired
-        if self._dirty:
+            if line.strip():
+                try:
+                    event = _event_decoder.decode(line)
+                except msgspec.DecodeError:
+                    break
+                _apply(self.messages, event)
+            whole += len(line)
+        if whole < len(data):  # cut the torn line, so new events start on a line of their own
+            os.truncate(self.events_path, whole)
+        self.events_bytes = whole
+        self._dirty = whole > 0  # perhaps never synced before the process stopped
+        if _answer_dangling_tool_calls(self.messages):
+            self._dirty = True
             self.fold()
         return self.messages
 
@@ -140,14 +151,28 @@ class Conversation:
         self._write_event(event)
         return True
 
+    def sync(self) -> None:
+        """Make every event so far durable (fsync). Thread-safe against itself and `fold`."""
+        with self._fold_lock:
+            if not self._dirty:
+                return
+            self.flush()
+            if self._events_fd is None:
+                self._events_fd = open_append(self.events_path)
+            os.fsync(self._events_fd)
+            if not self._dir_synced:
+                fsync_dir(self.directory)
+                self._dir_synced = True
+            self._dirty = False
+
     def fold(self) -> None:
         """Make base = base + events, atomically, then clear the events. Thread-safe against
-        itself (a fold in a worker thread cut off by shutdown meets the final one)."""
+        itself and `sync` (a fold in a worker thread cut off by shutdown meets the last sync)."""
         with self._fold_lock:
             self._fold()
 
     def _fold(self) -> None:
-        if not self._dirty:
+        if not (self._dirty or self.events_bytes or self._held):
             return
         self.directory.mkdir(parents=True, exist_ok=True)  # held events only: not made yet
         tmp = self.base_path.with_suffix(".jsonl.tmp")
@@ -219,12 +244,15 @@ def _apply(messages: list[Message], event: AnyEvent) -> bool:
     return True
 
 
-def _lines(path: Path) -> list[bytes]:
+def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
-        return []
-    return [line for line in data.split(b"\n") if line.strip()]
+        return b""
+
+
+def _lines(path: Path) -> list[bytes]:
+    return [line for line in _read(path).split(b"\n") if line.strip()]
 
 
 def _answer_dangling_tool_calls(messages: list[Message]) -> bool:

@@ -69,13 +69,13 @@ class Instance:
         return taken
 
     def end_turn(self) -> None:
-        """Persist what the turn changed besides the conversation (which the caller folds)."""
+        """Persist what the turn changed besides the conversation (written as it changed)."""
         self.state.save()
         self.jobs.settle_delivered(self.conversation.messages)
 
     def close(self) -> None:
         self.jobs.cancel_all()
         self.state.save()
-        self.conversation.fold()
+        self.conversation.sync()
         self.conversation.close()
         self.events.close()

@@ -24,7 +24,7 @@ from ipc.channel import Channel
 HEARTBEAT_INTERVAL_S = 1.0
 CANCEL_WAIT_S = 2.0  # after the grace period: how long cancelled turns get to wind down
 FOLD_EVENTS_BYTES = 256 * 1024  # fold a conversation when its events file grows past this
-FOLD_QUIET_S = 5.0  # ... or when its instance has had no turn for at least this long
+QUIET_S = 5.0  # sync (fsync) and unload an instance that has had no turn for this long
 Durability = Literal["os", "fsync"]
 
 
@@ -43,8 +43,9 @@ class Job(msgspec.Struct, frozen=True):
     metadata: dict[str, Any] = {}  # from the request (event name, properties, toolPolicy)
 
 
-class Fold(msgspec.Struct, frozen=True):
-    """Queued work for an instance: fold its conversation (in a thread: fsyncs block)."""
+class Settle(msgspec.Struct, frozen=True):
+    """Queued work for a quiet instance: sync its conversation (in a thread: fsync blocks),
+    then unload it."""
 
 
 class AgentProcess:
@@ -68,7 +69,7 @@ class AgentProcess:
         self.channel = Channel(sock, self.on_frames)
         self.log = structlog.get_logger().bind(agent=self.name)
         self.peers = PeerClient(self.name, self._send)
-        self.queues: InstanceQueues[Job | Fold] = InstanceQueues(self._run_job)
+        self.queues: InstanceQueues[Job | Settle] = InstanceQueues(self._run_job)
         self._instances: dict[str, Instance] = {}
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
@@ -150,15 +151,15 @@ class AgentProcess:
         """An async request's answer: it joins the conversation before the next step/turn."""
         self._instance(key).deliver(message)
 
-    async def _run_job(self, key: str, job: Job | Fold) -> None:
+    async def _run_job(self, key: str, job: Job | Settle) -> None:
         instance = self._instance(key)
         conversation = instance.conversation
-        if isinstance(job, Fold):
+        if isinstance(job, Settle):
             # Queued like a turn, so no turn of this instance runs meanwhile; in a thread, so
             # the other instances (and heartbeats) go on while the disk syncs.
-            await asyncio.to_thread(conversation.fold)
+            await asyncio.to_thread(conversation.sync)
             if instance.can_unload() and not self.queues.has_queued(key):
-                # Quiet and all on disk: free its memory and files; a later turn reloads it.
+                # Quiet and durable: free its memory and files; a later turn reloads it.
                 del self._instances[key]
                 instance.close()
             return
@@ -208,10 +209,11 @@ class AgentProcess:
             result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
         self._reply(job, result)
         instance.last_turn_at = time.monotonic()
-        # The turn's events are already with the OS, so the answer is safe from a crash. The
-        # fold (two fsyncs) would cost more than the turn itself: it waits until the events
-        # grow large, the instance goes quiet (`_fold_quiet_instances`), or the agent stops.
-        # With `durability: fsync`, every event was fsync'd and each turn is folded at once.
+        # The turn's events are already with the OS, so the answer is safe from a crash. An
+        # fsync would cost more than the turn itself: it waits until the instance goes quiet
+        # (`_settle_quiet_instances`) or the agent stops. The fold, which rewrites the whole
+        # conversation, waits until the events grow large. With `durability: fsync`, every
+        # event was fsync'd and each turn is folded at once.
         if self.durability == "fsync" or conversation.events_bytes > FOLD_EVENTS_BYTES:
             await asyncio.to_thread(conversation.fold)
         if restart_reason is not None:
@@ -265,10 +267,10 @@ class AgentProcess:
         )
         self.log.debug("agent ready", pid=os.getpid())
         heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
-        folder = asyncio.get_running_loop().create_task(self._fold_quiet_instances())
+        settler = asyncio.get_running_loop().create_task(self._settle_quiet_instances())
         await self._stop.wait()
         heartbeat.cancel()
-        folder.cancel()
+        settler.cancel()
         grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
         try:
             await asyncio.wait_for(self.queues.wait_idle(), grace)
@@ -292,18 +294,18 @@ class AgentProcess:
         """SIGTERM: finish what is running and exit, as for a `shutdown` message."""
         self._stop.set()
 
-    async def _fold_quiet_instances(self) -> None:
-        """Fold the conversations that changed and then had no turn for FOLD_QUIET_S."""
+    async def _settle_quiet_instances(self) -> None:
+        """Sync and unload the instances that changed and then had no turn for QUIET_S."""
         while True:
-            await asyncio.sleep(FOLD_QUIET_S / 2)
-            quiet_since = time.monotonic() - FOLD_QUIET_S
+            await asyncio.sleep(QUIET_S / 2)
+            quiet_since = time.monotonic() - QUIET_S
             for key, instance in self._instances.items():
                 if (
                     instance.conversation.dirty
                     and instance.last_turn_at <= quiet_since
                     and not self.queues.is_busy(key)
                 ):
-                    self.queues.submit(key, Fold())
+                    self.queues.submit(key, Settle())
 
     async def _heartbeat(self) -> None:
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)

@@ -12,9 +12,19 @@ def test_events_survive_without_a_fold(tmp_path):
     # no fold: as if the process were killed here
     again = Conversation(tmp_path)
     assert [m.content for m in again.load()] == ["hi", "hello"]
-    # loading replayed the events and folded them into the base
-    assert (tmp_path / "events.jsonl").read_bytes() == b""
-    assert len((tmp_path / "base.jsonl").read_text().splitlines()) == 2
+    # the reloaded conversation goes on where it was
+    again.append(Message(id="3", role="user", content="more"))
+    assert [m.content for m in Conversation(tmp_path).load()] == ["hi", "hello", "more"]
+
+
+def test_sync_keeps_the_events_and_clears_dirty(tmp_path):
+    convo = Conversation(tmp_path)
+    convo.load()
+    convo.append(Message(id="1", role="user", content="hi"))
+    assert convo.dirty
+    convo.sync()
+    assert not convo.dirty
+    assert [m.content for m in Conversation(tmp_path).load()] == ["hi"]
 
 
 def test_fold_rewrites_base_and_clears_events(tmp_path):
@@ -36,7 +46,11 @@ def test_a_torn_last_event_is_ignored(tmp_path):
     convo.append(Message(id="1", role="user", content="kept"))
     with open(tmp_path / "events.jsonl", "ab") as f:
         f.write(b'{"op":"append","message":{"id":"2","ro')
-    assert [m.id for m in Conversation(tmp_path).load()] == ["1"]
+    again = Conversation(tmp_path)
+    assert [m.id for m in again.load()] == ["1"]
+    # the torn line is cut, so what comes next is readable after another restart
+    again.append(Message(id="3", role="assistant", content="after"))
+    assert [m.id for m in Conversation(tmp_path).load()] == ["1", "3"]
 
 
 def test_unanswered_tool_calls_get_an_interrupted_result(tmp_path):
