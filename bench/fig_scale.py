@@ -6,9 +6,11 @@ wave sends one delegate to every agent at once (200 in flight) and waits for all
 before the next; 50 x 200 = 10,000 delegates. Every agent moves to a new conversation (instance
 key) every 10 waves, a tenth of the agents in each wave, as new conversations arrive over time
 in a real daemon; so a conversation holds at most 20 messages. Latency is per delegate, from
-the driver's send to its answer. Lost = sent minus answered `ok` (no answer at all, or an error
-answer; the note splits them). Baseline: the same driver and waves through the bare broker to
-200 bare agents.
+the driver's send to its answer. Before the measured waves, 10 warm-up waves (one round of
+conversations) let every process take its one-time costs (first turn, first conversation);
+their delegates are checked for losses too but not timed. Lost = sent minus answered `ok` (no
+answer at all, or an error answer; the note splits them). Baseline: the same driver and waves
+through the bare broker to 200 bare agents.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from bench.procs import Procs, short_tmpdir
 NAME = "scale"
 P99_GOAL_MS = 50.0
 WAVE_TIMEOUT_S = 60.0
+WARMUP_WAVES = 10
 BUDGET_S = 240.0  # per arm, after start-up: waves stop early (and say so) past this
 
 
@@ -41,10 +44,15 @@ def _payloads(names: list[str], wave: int, timeout_ms: int = 60_000) -> list[tup
 
 
 def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any]:
+    warm = WaveResult()
+    for wave in range(WARMUP_WAVES):
+        result = drv.wave(_payloads(names, wave), WAVE_TIMEOUT_S)
+        warm.ok += result.ok
+    warmup = {"sent": WARMUP_WAVES * len(names), "completed": warm.ok}
     total = WaveResult()
     sent = 0
     started = time.monotonic()
-    requests = [_payloads(names, wave) for wave in range(waves)]
+    requests = [_payloads(names, WARMUP_WAVES + wave) for wave in range(waves)]
     for wave in range(waves):
         if time.monotonic() - started > BUDGET_S:
             log(f"scale: {tag}: time budget spent after {wave} waves")
@@ -64,7 +72,8 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
         "completed": total.ok,
         "noAnswer": total.lost,
         "errorAnswers": total.errors,
-        "lost": sent - total.ok,
+        "lost": sent - total.ok + warmup["sent"] - warmup["completed"],
+        "warmup": warmup,
         "latencyMs": summary(ms),
         "p99": percentile(ms, 99),
         "seconds": time.monotonic() - started,
@@ -126,7 +135,11 @@ def run(quick: bool) -> list[Row]:
     prod = _product(names, waves)
     bare = _bare(names, waves)
     label = f"{agents} agents, {prod['sent']:,} delegates"
-    lost_note = f"no answer {prod['noAnswer']}, error answers {prod['errorAnswers'] or 0}"
+    warm = prod["warmup"]
+    lost_note = (
+        f"no answer {prod['noAnswer']}, error answers {prod['errorAnswers'] or 0}, "
+        f"lost in warm-up {warm['sent'] - warm['completed']}"
+    )
     if prod["sent"] < agents * waves:
         lost_note += f"; only {prod['sent']} of {agents * waves} sent within the time budget"
     return [
