@@ -450,19 +450,30 @@ class TurnRun:
         self.tracer.turn(event, data)
 
     async def core_turn(self) -> TurnResult:
-        agent = self.agent
         deadline = self.budget.deadline
         if deadline is None:
             return await self._steps()
+        # What `asyncio.timeout` does, without its per-use objects (a turn-sized cost): a timer
+        # that cancels this task, and a cancellation told apart from anyone else's.
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        expired: list[bool] = []
+        timer = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - time.monotonic()), _expire, task, expired
+        )
         try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())) as scope:
-                return await self._steps()
-        except TimeoutError:
-            if not scope.expired():
-                raise
+            return await self._steps()
+        except asyncio.CancelledError:
+            if not expired or task.uncancel() > cancelling:
+                raise  # not ours, or someone else cancelled too
             notice = self.budget.time_message()
-            self.log.warning("turn stopped: out of time", seconds=agent.budget.max_turn_seconds)
+            self.log.warning(
+                "turn stopped: out of time", seconds=self.agent.budget.max_turn_seconds
+            )
             return self._stop_for_budget(notice)
+        finally:
+            timer.cancel()
 
     async def _steps(self) -> TurnResult:
         agent = self.agent
@@ -514,6 +525,11 @@ class TurnRun:
 
     def _agents(self) -> MiddlewareAgents:
         return self.runtime  # `request` / `send` of ctx.runtime, with this turn's call chain
+
+
+def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
+    expired.append(True)
+    task.cancel()
 
 
 async def _turn_core(ctx: TurnCtx) -> TurnResult:

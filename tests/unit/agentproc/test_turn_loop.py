@@ -4,6 +4,8 @@ import asyncio
 import json
 import time
 
+import pytest
+
 from agentproc.messages import Message, ModelError
 from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing
 from tests.unit.agentproc.loop_kit import (
@@ -316,6 +318,24 @@ async def test_time_budget_stops_a_slow_tool(tmp_path):
     assert "ran out of time" in outcome.text
     [result] = [json.loads(m.content) for m in inst.conversation.messages if m.role == "tool"]
     assert result["error"]["code"] == "E_TOOL_CANCELLED"
+
+
+async def test_a_turn_cancelled_from_outside_is_not_a_budget_stop(tmp_path):
+    started = asyncio.Event()
+
+    async def slow(ctx, args):
+        started.set()
+        await asyncio.sleep(30)
+
+    inst = instance(tmp_path)
+    model = ScriptedModel(reply(None, call("t__slow", {}, "c1")))
+    definition = agent(model, tool("t__slow", slow), budget=BudgetPolicy(max_turn_seconds=60))
+    running = asyncio.ensure_future(turn(definition, inst))
+    await started.wait()
+    running.cancel()  # as a shutdown past its grace period does
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert [e.type for e in events(inst)][-1] == "turn.failed"
 
 
 async def test_cost_is_counted_and_can_be_budgeted(tmp_path):
