@@ -75,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--durability",
         choices=("os", "fsync"),
         default="os",
-        help="os (default): every conversation event is written to the OS before the turn goes "
-        "on — safe when a process crashes; fsync: also flushed to disk — safe from power "
-        "loss, slower",
+        help="os (default): conversation events are written to the OS before a turn answers "
+        "or runs a tool (safe when a process crashes) and fsync'd once the instance is quiet "
+        "for 5 s; fsync: every event is flushed to disk at once (safe from power loss at "
+        "any moment, slower)",
     )
     p.add_argument(
         "--hang-timeout",
