@@ -352,7 +352,7 @@ class TurnRun:
     async def run(self, resume: bool) -> TurnOutcome:
         started = time.monotonic()
         if not resume:
-            message = Message(
+            user = Message(
                 id=self.next_id(),
                 role="user",
                 content=self.input.input,
@@ -366,8 +366,8 @@ class TurnRun:
             )
             # Written with the turn's next change: until then a crash loses nothing the
             # orchestrator would not deliver again.
-            self.conversation.append(message, hold=True)
-            self.message_events.append(AppendMessage(message))
+            self.conversation.append(user, hold=True)
+            self.message_events.append(AppendMessage(user))
         self.flush_inbox()
         self.tracer.turn(
             "turn.started",

@@ -86,7 +86,11 @@ class Channel:
         # now, and drain on the next loop turn only if something is waiting.
         if self._draining or self._drain_scheduled:
             return
-        if self._outbox or self.sock.getsockopt(_EVENTS) & _POLLIN:
+        if self._outbox:
+            self._schedule_drain()
+            return
+        events: int = self.sock.getsockopt(_EVENTS)  # type: ignore[assignment]  # an int option
+        if events & _POLLIN:
             self._schedule_drain()
 
     def _schedule_drain(self) -> None:
@@ -108,7 +112,7 @@ class Channel:
     def _drain(self) -> None:
         sock = self.sock
         while not self._closed:
-            events = sock.getsockopt(_EVENTS)
+            events: int = sock.getsockopt(_EVENTS)  # type: ignore[assignment]
             progressed = False
             if self._outbox and events & _POLLOUT:
                 progressed = self._flush_outbox()
