@@ -1,4 +1,9 @@
-"""Work queues per instanceKey: FIFO within a key, concurrent across keys."""
+"""Work queues per instanceKey: FIFO within a key, concurrent across keys.
+
+A key with work has one worker task on it. Workers that run out of work park and are handed
+the next idle key that gets work, so a busy agent does not create (and register, and collect)
+a task per turn; at most MAX_PARKED wait, and the rest end.
+"""
 
 from __future__ import annotations
 
@@ -10,54 +15,80 @@ from typing import Generic, TypeVar
 import structlog
 
 J = TypeVar("J")
+MAX_PARKED = 8  # idle workers kept for the next keys
 
 
 class InstanceQueues(Generic[J]):
-    """One worker task per busy key; it exits when its queue is empty (idle keys cost nothing)."""
-
     def __init__(self, run: Callable[[str, J], Awaitable[None]]) -> None:
         self._run = run
         self._queues: dict[str, deque[J]] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._busy: set[str] = set()  # keys a worker is on (or has been handed)
+        self._parked: list[asyncio.Future[str]] = []
+        self._workers: set[asyncio.Task[None]] = set()
+        self._idle_waiter: asyncio.Future[None] | None = None
 
     @property
     def busy(self) -> int:
-        return len(self._workers)
+        return len(self._busy)
 
     def is_busy(self, key: str) -> bool:
-        return key in self._workers
+        return key in self._busy
 
     def has_queued(self, key: str) -> bool:
         """Whether jobs wait behind the running one of `key`."""
         return bool(self._queues.get(key))
 
     def submit(self, key: str, job: J) -> None:
-        self._queues.setdefault(key, deque()).append(job)
-        if key not in self._workers:
-            self._idle.clear()
-            self._workers[key] = asyncio.get_running_loop().create_task(self._work(key))
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = deque()
+        queue.append(job)
+        if key in self._busy:
+            return
+        self._busy.add(key)  # now: a second job for `key` must queue behind this one
+        while self._parked:
+            parked = self._parked.pop()
+            if not parked.done():  # a parked worker cancelled at shutdown is skipped
+                parked.set_result(key)
+                return
+        task = asyncio.get_running_loop().create_task(self._worker(key))
+        self._workers.add(task)
+        task.add_done_callback(self._workers.discard)
 
     async def wait_idle(self) -> None:
-        await self._idle.wait()
+        if not self._busy:
+            return
+        if self._idle_waiter is None:
+            self._idle_waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._idle_waiter)
 
     def cancel_all(self) -> None:
-        for task in self._workers.values():
+        for task in self._workers:
             task.cancel()
 
-    async def _work(self, key: str) -> None:
+    async def _worker(self, key: str) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await self._drain(key)
+            finally:
+                self._busy.discard(key)
+                if not self._queues[key]:
+                    del self._queues[key]
+                if not self._busy and self._idle_waiter is not None:
+                    self._idle_waiter.set_result(None)
+                    self._idle_waiter = None
+            if len(self._parked) >= MAX_PARKED:
+                return
+            parked: asyncio.Future[str] = loop.create_future()
+            self._parked.append(parked)
+            key = await parked
+
+    async def _drain(self, key: str) -> None:
         queue = self._queues[key]
-        try:
-            while queue:
-                job = queue.popleft()
-                try:
-                    await self._run(key, job)
-                except Exception:  # a bug in one turn must not stop the key's queue
-                    structlog.get_logger().exception("job failed", instanceKey=key)
-        finally:
-            del self._workers[key]
-            if not queue:
-                del self._queues[key]
-            if not self._workers:
-                self._idle.set()
+        while queue:
+            job = queue.popleft()
+            try:
+                await self._run(key, job)
+            except Exception:  # a bug in one turn must not stop the key's queue
+                structlog.get_logger().exception("job failed", instanceKey=key)
