@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import time
 from typing import Any, Literal
 
@@ -43,6 +44,14 @@ class Job(msgspec.Struct, frozen=True):
     metadata: dict[str, Any] = {}  # from the request (event name, properties, toolPolicy)
 
 
+class Drop(msgspec.Struct, frozen=True):
+    """Queued work for an instance being deleted: forget it and remove its files, then tell
+    `reply_to` (queued, so a running turn of the instance finishes first)."""
+
+    reply_to: str
+    correlation_id: str | None
+
+
 class Settle(msgspec.Struct, frozen=True):
     """Queued work for a quiet instance: sync its conversation (in a thread: fsync blocks),
     then unload it."""
@@ -69,7 +78,7 @@ class AgentProcess:
         self.channel = Channel(sock, self.on_frames)
         self.log = structlog.get_logger().bind(agent=self.name)
         self.peers = PeerClient(self.name, self._send)
-        self.queues: InstanceQueues[Job | Settle] = InstanceQueues(self._run_job)
+        self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(self._run_job)
         self._instances: dict[str, Instance] = {}
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
@@ -100,6 +109,8 @@ class AgentProcess:
             reply = wire.decode_payload(env, wire.ControlReply)
             if not self.peers.resolve_call(env.correlation_id, reply):
                 self.log.debug("late control_reply dropped", correlationId=env.correlation_id)
+        elif env.type == wire.CONTROL:
+            self._on_control(env)
         elif env.type == wire.SHUTDOWN:
             self._shutdown = wire.decode_payload(env, wire.Shutdown)
             self._stop.set()
@@ -133,6 +144,33 @@ class AgentProcess:
             )
         self.queues.submit(job.instance_key, job)
 
+    def _on_control(self, env: wire.Envelope) -> None:
+        """A command from the orchestrator; `instance.drop` is the only one so far."""
+        command = wire.decode_payload(env, wire.Control)
+        key = command.args.get("instanceKey")
+        if command.command == "instance.drop" and isinstance(key, str) and key:
+            self.queues.submit(key, Drop(env.from_, env.correlation_id))
+            return
+        error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"agents do not know '{command.command}'")
+        self._answer_control(env.from_, env.correlation_id, wire.ControlReply(False, error=error))
+
+    def _answer_control(
+        self, to: str, correlation_id: str | None, reply: wire.ControlReply
+    ) -> None:
+        frame = wire.encode(wire.CONTROL_REPLY, self.name, to, reply, correlation_id=correlation_id)
+        self._send(frame)
+
+    def _drop(self, key: str, job: Drop) -> None:
+        instance = self._instances.pop(key, None)
+        if instance is not None:
+            instance.close()
+        directory = self.paths.conversation_dir(self.swarm, key, self.name)
+        existed = directory.exists()
+        shutil.rmtree(directory, ignore_errors=True)
+        self.log.info("instance deleted", instanceKey=key)
+        reply = wire.ControlReply(True, {"dropped": existed or instance is not None})
+        self._answer_control(job.reply_to, job.correlation_id, reply)
+
     # -- work --------------------------------------------------------------------------------
 
     def _instance(self, key: str) -> Instance:
@@ -151,7 +189,10 @@ class AgentProcess:
         """An async request's answer: it joins the conversation before the next step/turn."""
         self._instance(key).deliver(message)
 
-    async def _run_job(self, key: str, job: Job | Settle) -> None:
+    async def _run_job(self, key: str, job: Job | Settle | Drop) -> None:
+        if isinstance(job, Drop):
+            self._drop(key, job)
+            return
         instance = self._instance(key)
         conversation = instance.conversation
         if isinstance(job, Settle):

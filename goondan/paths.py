@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import msgspec
@@ -61,8 +62,26 @@ class StatePaths(msgspec.Struct, frozen=True):
     def swarm_dir(self, swarm: str) -> Path:
         return self.root / "swarms" / slug(swarm)
 
+    def instance_dir(self, swarm: str, instance_key: str) -> Path:
+        return self.swarm_dir(swarm) / "instances" / slug(instance_key)
+
     def conversation_dir(self, swarm: str, instance_key: str, agent: str) -> Path:
-        return self.swarm_dir(swarm) / "instances" / slug(instance_key) / slug(agent)
+        return self.instance_dir(swarm, instance_key) / slug(agent)
+
+    def stored_swarms(self, instance_key: str) -> list[str]:
+        """The swarms (directory names) that hold a stored instance `instance_key`."""
+        found = (self.root / "swarms").glob(f"*/instances/{slug(instance_key)}")
+        return sorted(d.parent.parent.name for d in found)
+
+    def delete_instance(self, swarm: str, instance_key: str, *, workdir: bool) -> bool:
+        """Remove an instance's conversations (and its tools' workdir with `workdir`); False
+        when nothing was stored."""
+        directory = self.instance_dir(swarm, instance_key)
+        existed = directory.exists()
+        shutil.rmtree(directory, ignore_errors=True)
+        if workdir:
+            shutil.rmtree(self.workdir(swarm, instance_key), ignore_errors=True)
+        return existed
 
     def workdir(self, swarm: str, instance_key: str) -> Path:
         return self.swarm_dir(swarm) / "workspaces" / slug(instance_key)

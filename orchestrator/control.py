@@ -1,10 +1,13 @@
 """The control socket's commands: one request/reply envelope, one registry of handlers.
 
 `goondan status/stop/restart` are thin clients of this; `send` uses a plain `delegate`.
+`AgentCalls` is the other direction: a command to an agent process (`instance.drop`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -39,3 +42,36 @@ class ControlCommands:
             structlog.get_logger().exception("control command failed", command=command.command)
             error = wire.ErrorInfo("E_INTERNAL", f"{type(exc).__name__}: {exc}")
             return wire.ControlReply(False, error=error)
+
+
+class AgentCalls:
+    """Commands the orchestrator sends to an agent process, each answered by its reply."""
+
+    def __init__(self, send: Callable[[str, bytes], bool]) -> None:
+        self._send = send  # (agent, frame) -> False when the agent is not there
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, asyncio.Future[wire.ControlReply]] = {}
+
+    async def call(self, agent: str, command: wire.Control, timeout_s: float) -> wire.ControlReply:
+        cid = f"call-{next(self._ids)}"
+        frame = wire.encode(wire.CONTROL, wire.ORCHESTRATOR, agent, command, correlation_id=cid)
+        future: asyncio.Future[wire.ControlReply] = asyncio.get_running_loop().create_future()
+        self._waiting[cid] = future
+        try:
+            if not self._send(agent, frame):
+                error = wire.ErrorInfo("E_AGENT_GONE", f"agent '{agent}' is not running")
+                return wire.ControlReply(False, error=error)
+            return await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            message = f"agent '{agent}' did not answer '{command.command}' in {timeout_s:g} s"
+            return wire.ControlReply(False, error=wire.ErrorInfo("E_TIMEOUT", message))
+        finally:
+            self._waiting.pop(cid, None)
+
+    def on_reply(self, env: wire.Envelope) -> bool:
+        """An agent's `control_reply`; False when nobody waits for it (late, or unknown)."""
+        future = self._waiting.pop(env.correlation_id or "", None)
+        if future is None or future.done():
+            return False
+        future.set_result(wire.decode_payload(env, wire.ControlReply))
+        return True

@@ -26,8 +26,8 @@ from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
-from orchestrator.control import CommandError, ControlCommands
-from orchestrator.instances import InstanceRegistry
+from orchestrator.control import AgentCalls, CommandError, ControlCommands
+from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
 from orchestrator.launcher import (
     ConnectorLauncher,
@@ -139,8 +139,14 @@ class Daemon:
         self.connections = Connections(
             connections, self.entry_agent, self.router, self.journal, self._send_to_peer
         )
+        self.agent_calls = AgentCalls(self.to_agent)
         self.commands = ControlCommands(
-            {"status": self._cmd_status, "stop": self._cmd_stop, "restart": self._cmd_restart}
+            {
+                "status": self._cmd_status,
+                "stop": self._cmd_stop,
+                "restart": self._cmd_restart,
+                "instance.delete": self._cmd_instance_delete,
+            }
         )
         self.agents.start()
         self.control.start()
@@ -437,6 +443,9 @@ class Daemon:
                 correlation_id=env.correlation_id,
             )
             self.agents.send([identity, answer])
+        elif kind == wire.CONTROL_REPLY:
+            if not self.agent_calls.on_reply(env):
+                self._log.debug("late control_reply dropped", sender=name)
         elif kind == wire.RESTART_REQUEST:
             reason = wire.decode_payload(env, wire.RestartRequest).reason
             self._log.warning("swarm restart requested by an agent", agent=name, reason=reason)
@@ -565,6 +574,33 @@ class Daemon:
             raise CommandError("AGENT_NOT_FOUND", f"no agent '{agent}' in this swarm ({known})")
         await self.restart_agent(agent, fresh=bool(args.get("fresh")))
         return {"restarted": [agent], "fresh": bool(args.get("fresh"))}
+
+    async def _cmd_instance_delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        key = args.get("instanceKey")
+        if not isinstance(key, str) or not key:
+            raise CommandError("E_BAD_REQUEST", "instanceKey is required")
+        asked = args.get("swarm")
+        ours = slug(self.swarm.name)
+        swarms = [ours] if asked in (None, self.swarm.name, ours) else []
+        swarms += [s for s in self.paths.stored_swarms(key) if asked in (None, s)]
+        deleted = []
+        for swarm in dict.fromkeys(swarms):  # ours first: its agents may hold the instance
+            running = [n for n in self.agent_names if swarm == ours and self.supervisor.is_ready(n)]
+            found = await delete_instance(
+                self.paths,
+                swarm,
+                key,
+                workdir=bool(args.get("workdir")),
+                running_agents=running,
+                calls=self.agent_calls,
+            )
+            if found:
+                deleted.append(f"{swarm}/{slug(key)}")
+        if not deleted:
+            raise CommandError("INSTANCE_NOT_FOUND", f"no instance '{key}' under {self.paths.root}")
+        self.instances.forget(key)
+        self._log.info("instance deleted", instanceKey=key, deleted=deleted)
+        return {"deleted": deleted}
 
     def status(self) -> dict[str, Any]:
         return {

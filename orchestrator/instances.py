@@ -1,14 +1,18 @@
-"""Instances prepared with `agents__spawn`, and who asked for them (`agents__list`)."""
+"""Instances prepared with `agents__spawn`, and who asked for them (`agents__list`); and the
+deletion of an instance while the daemon runs (`goondan instance delete`)."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Any
 
 import msgspec
 
+from goondan.paths import StatePaths
 from ipc import messages as wire
+from orchestrator.control import AgentCalls, CommandError
 
 
 class SpawnedInstance(msgspec.Struct, frozen=True, rename="camel"):
@@ -33,6 +37,11 @@ class InstanceRegistry:
         instance = SpawnedInstance(target, key, owner, owner_key, time.time())
         self._instances[(target, key)] = instance
         return instance
+
+    def forget(self, key: str) -> None:
+        """A deleted instance is no longer listed."""
+        for spawned in [k for k in self._instances if k[1] == key]:
+            del self._instances[spawned]
 
     def list(self, owner: str, owner_key: str, include_all: bool) -> list[dict[str, Any]]:
         return [
@@ -62,3 +71,33 @@ class InstanceRegistry:
             return wire.ControlReply(True, {"count": len(found), "agents": found})
         error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown agent command '{command.command}'")
         return wire.ControlReply(False, error=error)
+
+
+DROP_TIMEOUT_S = 30.0  # a delete waits this long for an agent to finish the instance's turn
+
+
+async def delete_instance(
+    paths: StatePaths,
+    swarm: str,
+    key: str,
+    *,
+    workdir: bool,
+    running_agents: list[str],
+    calls: AgentCalls,
+) -> bool:
+    """Delete instance `key` of `swarm` while the daemon runs: every running agent drops it
+    from memory and removes its own files (after a turn of it that is running), then the rest
+    is removed. Raises CommandError when an agent could not; False when nothing was there."""
+    drop = wire.Control("instance.drop", {"instanceKey": key})
+    replies = await asyncio.gather(
+        *(calls.call(name, drop, DROP_TIMEOUT_S) for name in running_agents)
+    )
+    failed = [
+        f"{name}: {reply.error.message if reply.error else 'failed'}"
+        for name, reply in zip(running_agents, replies, strict=True)
+        if not reply.ok and (reply.error is None or reply.error.code != "E_AGENT_GONE")
+    ]
+    if failed:
+        raise CommandError("E_INSTANCE_BUSY", "the instance was not deleted: " + "; ".join(failed))
+    dropped = any(reply.ok and reply.result.get("dropped") for reply in replies)
+    return paths.delete_instance(swarm, key, workdir=workdir) or dropped

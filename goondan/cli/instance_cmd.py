@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agentproc.conversation import read_messages
-from goondan.cli.client import daemon_running
+from goondan.cli.client import ControlClient, daemon_running
 from goondan.paths import StatePaths, slug
+from orchestrator.instances import DROP_TIMEOUT_S
 
 
 def run_instance(args: argparse.Namespace) -> int:
@@ -61,26 +61,27 @@ def _list(paths: StatePaths, args: argparse.Namespace) -> int:
 
 def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
     if daemon_running(paths):
-        print(
-            "goondan: an orchestrator is running on this state root and may hold this "
-            "conversation; stop it first (or use `goondan restart --agent NAME --fresh`)",
-            file=sys.stderr,
-        )
-        return 1
-    targets = [
-        d
-        for d in (paths.root / "swarms").glob(f"*/instances/{slug(args.key)}")
-        if args.swarm is None or d.parent.parent.name == slug(args.swarm)
-    ]
-    if not targets:
+        # The daemon's agents may hold the conversation in memory: they drop it first.
+        with ControlClient(paths) as client:
+            reply = client.command(
+                "instance.delete",
+                {"instanceKey": args.key, "swarm": args.swarm, "workdir": args.workdir},
+                timeout_s=DROP_TIMEOUT_S + 5,
+            )
+        if not reply.ok:
+            error = reply.error
+            print(f"goondan: {error.message if error else 'delete failed'}", file=sys.stderr)
+            return 1
+        for name in reply.result["deleted"]:
+            print(f"deleted {name}")
+        return 0
+    swarms = [s for s in paths.stored_swarms(args.key) if args.swarm in (None, s)]
+    if not swarms:
         print(f"goondan: no stored instance '{args.key}' under {paths.root}", file=sys.stderr)
         return 1
-    for directory in targets:
-        shutil.rmtree(directory)
-        workdir = directory.parent.parent / "workspaces" / directory.name
-        if args.workdir and workdir.exists():
-            shutil.rmtree(workdir)
-        print(f"deleted {directory.parent.parent.name}/{directory.name}")
+    for swarm in swarms:
+        paths.delete_instance(swarm, args.key, workdir=args.workdir)
+        print(f"deleted {swarm}/{slug(args.key)}")
     return 0
 
 

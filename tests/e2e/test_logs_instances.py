@@ -2,6 +2,7 @@
 
 import json
 
+from agentproc.conversation import read_messages
 from agentproc.runtime_events import RuntimeEvent, RuntimeEventLog
 from goondan.paths import StatePaths
 from tests.e2e.conftest import goondan
@@ -18,14 +19,25 @@ def test_instance_list_and_delete(start_daemon, state_root):
     assert rows["cli"]["messages"] >= 10
     assert rows["side"]["agents"] == ["researcher"]
 
-    refused = daemon.cli("instance", "delete", "side")
-    assert refused.returncode == 1 and "stop it first" in refused.stderr
+    # While the daemon runs: the researcher drops the instance from memory, its files go.
+    deleted = daemon.cli("instance", "delete", "side")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.strip() == "deleted default/side"
+    rows = json.loads(daemon.cli("instance", "list").stdout)
+    assert [r["instanceKey"] for r in rows] == ["cli"]
+    # ... and the next turn of that key starts a new conversation
+    daemon.send("a fact about the number 7", "--agent", "researcher", "--instance", "side")
+    stored = read_messages(state_root / "swarms/default/instances/side/researcher")
+    assert [m.content for m in stored if m.role == "user"] == ["a fact about the number 7"]
+    missing = daemon.cli("instance", "delete", "nope")
+    assert missing.returncode == 1 and "no instance 'nope'" in missing.stderr
+
     daemon.cli("stop")
     daemon.proc.wait(10)
-    deleted = goondan("instance", "delete", "side", "--state-root", str(state_root))
-    assert deleted.returncode == 0 and deleted.stdout.strip() == "deleted default/side"
+    deleted = goondan("instance", "delete", "cli", "--state-root", str(state_root))
+    assert deleted.returncode == 0 and deleted.stdout.strip() == "deleted default/cli"
     left = json.loads(goondan("instance", "list", "--state-root", str(state_root)).stdout)
-    assert [r["instanceKey"] for r in left] == ["cli"]
+    assert [r["instanceKey"] for r in left] == ["side"]
     missing = goondan("instance", "delete", "nope", "--state-root", str(state_root))
     assert missing.returncode == 1 and "no stored instance 'nope'" in missing.stderr
 
