@@ -151,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     q = inst.add_parser("list", help="stored instances: swarm, key, agents, messages")
     q.add_argument("--json", action="store_true", help="print JSON")
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
-    q = inst.add_parser("delete", help="delete an instance's conversations (a running daemon's agents drop it first)")
+    q = inst.add_parser(
+        "delete", help="delete an instance's conversations (a running daemon drops it first)"
+    )
     q.add_argument("key", help="the instanceKey")
     q.add_argument("--swarm", help="only in this swarm")
     q.add_argument("--workdir", action="store_true", help="also delete its tool workdir")
