@@ -161,7 +161,7 @@ class PendingJobs:
 
     def settle_delivered(self, messages: list[Message]) -> None:
         """Forget finished jobs whose completion is now in the conversation (at turn end)."""
-        if not any(r.status != "running" for r in self._records.values()):
+        if not self._records or all(r.status == "running" for r in self._records.values()):
             return  # the common case: nothing to look for (and no scan of the conversation)
         done = delivered_handles(messages)
         gone = [h for h, r in self._records.items() if r.status != "running" and h in done]

@@ -54,18 +54,16 @@ async def run_step(ctx: StepCtx) -> StepResult:
     token = current_span.set(span)
     step_id = f"{run.turn_id}-step-{ctx.step_index}"
     started = time.monotonic()
-    catalog = _visible(run, ctx.tool_catalog)
+    names, tools = _visible(run, ctx.tool_catalog)
     run.tracer.emit(
         "step.started",
         span,
         run.tracer.turn_span,
-        {"stepId": step_id, "stepIndex": ctx.step_index, "tools": [t.name for t in catalog]},
+        {"stepId": step_id, "stepIndex": ctx.step_index, "tools": names},
     )
     try:
         request = ModelRequest(
-            [*run.agent.prefix, *run.conversation.messages],
-            [ToolDefinition(t.name, t.description, t.parameters) for t in catalog],
-            dict(run.agent.params),
+            [*run.agent.prefix, *run.conversation.messages], tools, dict(run.agent.params)
         )
         try:
             on_text = run.on_text if run.updates is not None else None
@@ -84,7 +82,7 @@ async def run_step(ctx: StepCtx) -> StepResult:
             )
             return StepResult("failed", False, error=error)
         usage = run.meter.add(reply.usage)
-        result = await _handle_reply(ctx, reply, frozenset(t.name for t in catalog))
+        result = await _handle_reply(ctx, reply, frozenset(names))
         result.usage = usage
         _step_event(
             run,
@@ -172,9 +170,11 @@ async def _handle_reply(ctx: StepCtx, reply: ModelReply, names: frozenset[str]) 
     )
 
 
-def _visible(run: TurnRun, items: list[Any]) -> list[ToolCatalogItem]:
-    """The catalog step middleware left, as catalog items, minus what the policy forbids."""
-    out: list[ToolCatalogItem] = []
+def _visible(run: TurnRun, items: list[Any]) -> tuple[list[str], list[ToolDefinition]]:
+    """The catalog step middleware left, minus what the policy forbids: names and the
+    definitions the model is offered, in order, each name once."""
+    names: list[str] = []
+    tools: list[ToolDefinition] = []
     seen: set[str] = set()
     policy = run.policy
     for item in items:
@@ -183,8 +183,9 @@ def _visible(run: TurnRun, items: list[Any]) -> list[ToolCatalogItem]:
         if item.name in seen or not policy.permits(item.name):
             continue
         seen.add(item.name)
-        out.append(item)
-    return out
+        names.append(item.name)
+        tools.append(ToolDefinition(item.name, item.description, item.parameters))
+    return names, tools
 
 
 def _after_tool_results(run: TurnRun) -> bool:

@@ -54,7 +54,6 @@ from goondan.extensions import (
     RemoveMessage,
     ReplaceMessage,
     StepMiddlewareContext,
-    StepResult,
     TruncateMessages,
     TurnMiddlewareContext,
     TurnResult,
@@ -491,7 +490,7 @@ class TurnRun:
                 return self._stop_for_budget(over)
             runtime_tools = frozenset({POLL_TOOL}) if self.instance.jobs.has_open() else frozenset()
             ctx = StepCtx(
-                agent.pipeline.chain("step", _step_core),
+                agent.pipeline.chain("step", run_step),
                 agent_name=agent.name,
                 instance_key=self.input.instance_key,
                 turn_id=self.turn_id,
@@ -534,10 +533,6 @@ def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
 
 async def _turn_core(ctx: TurnCtx) -> TurnResult:
     return await ctx.run.core_turn()
-
-
-async def _step_core(ctx: StepCtx) -> StepResult:
-    return await run_step(ctx)
 
 
 def _preview(text: str, limit: int = 200) -> str:
