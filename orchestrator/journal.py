@@ -2,7 +2,9 @@
 
 An input is appended and fsync'd before it can be answered, and marked done when it is; after
 an orchestrator crash the unanswered ones are delivered again under their original request id,
-so an agent can recognise a replay. The file is compacted to the open entries at start-up.
+so an agent can recognise a replay. The file is compacted to the open entries at start-up,
+and while running each time it has grown by `compact_bytes` (a daemon up for months must not
+keep every input it ever answered).
 """
 
 from __future__ import annotations
@@ -24,12 +26,23 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Entry)
 
 
+COMPACT_BYTES = 8 * 1024 * 1024
+
+
 class Journal:
-    def __init__(self, path: Path, *, fsync: bool = True) -> None:
+    def __init__(
+        self, path: Path, *, fsync: bool = True, compact_bytes: int = COMPACT_BYTES
+    ) -> None:
         self.path = path
         self._fsync = fsync
+        self._compact_bytes = compact_bytes
         self._fd: int | None = None
-        self.open_ids: set[str] = set()
+        self._open: dict[str, Entry] = {}  # unanswered, in the order they were accepted
+        self._grown = 0  # bytes appended since the file was last rewritten
+
+    @property
+    def open_ids(self) -> set[str]:
+        return set(self._open)
 
     def recover(self) -> list[Entry]:
         """Unanswered inputs of earlier runs, in the order they were accepted."""
@@ -49,19 +62,21 @@ class Journal:
                 accepted[entry.id] = entry
             else:
                 accepted.pop(entry.id, None)
-        self._rewrite(list(accepted.values()))
-        self.open_ids = set(accepted)
+        self._open = accepted
+        self._rewrite()
         return list(accepted.values())
 
     def accept(self, request_id: str, frame: bytes) -> None:
-        self._append(Entry("accept", request_id, frame), durable=True)
-        self.open_ids.add(request_id)
+        entry = Entry("accept", request_id, frame)
+        self._append(entry, durable=True)
+        self._open[request_id] = entry
 
     def done(self, request_id: str) -> None:
-        if request_id in self.open_ids:
-            self.open_ids.discard(request_id)
+        if self._open.pop(request_id, None) is not None:
             # Not fsync'd: losing it only means one more (recognised) redelivery.
             self._append(Entry("done", request_id), durable=False)
+            if self._grown > self._compact_bytes:
+                self._rewrite()
 
     def close(self) -> None:
         if self._fd is not None:
@@ -71,16 +86,21 @@ class Journal:
     def _append(self, entry: Entry, *, durable: bool) -> None:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(self._fd, _encoder.encode(entry) + b"\n")
+        line = _encoder.encode(entry) + b"\n"
+        os.write(self._fd, line)
+        self._grown += len(line)
         if durable and self._fsync:
             os.fsync(self._fd)
 
-    def _rewrite(self, entries: list[Entry]) -> None:
+    def _rewrite(self) -> None:
+        """Replace the file with the open entries (written and fsync'd before the rename, so
+        a crash leaves either file, and both hold every open entry)."""
         self.close()
         tmp = self.path.with_suffix(".tmp")
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
-            for entry in entries:
+            for entry in self._open.values():
                 out.write(_encoder.encode(entry) + b"\n")
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
+        self._grown = 0

@@ -35,3 +35,20 @@ def test_done_for_an_unknown_id_writes_nothing(tmp_path):
     journal.done("never-accepted")
     journal.close()
     assert path.read_bytes() == b""
+
+
+def test_a_long_running_journal_stays_small_and_keeps_what_is_open(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, compact_bytes=4096)
+    journal.recover()
+    journal.accept("kept-1", b"first")
+    for i in range(2000):  # answered inputs, as a busy connector makes them
+        journal.accept(f"in-{i}", b"x" * 100)
+        journal.done(f"in-{i}")
+    journal.accept("kept-2", b"second")
+    assert path.stat().st_size < 4096 + 1024
+    journal.close()
+    assert [(e.id, e.frame) for e in Journal(path).recover()] == [
+        ("kept-1", b"first"),
+        ("kept-2", b"second"),
+    ]
