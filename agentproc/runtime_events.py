@@ -5,7 +5,9 @@
 Types: turn.started, turn.completed, turn.failed, step.started, step.completed, step.failed,
 tool.called, tool.completed, tool.failed (and tool.progress). Trace context follows
 OpenTelemetry's shape: `traceId` (32 hex) is kept across agents via IPC; `spanId` (16 hex)
-with `parentSpanId` forms turn -> step -> tool. `goondan logs` reads these files.
+with `parentSpanId` forms turn -> step -> tool. `goondan logs` reads these files. A file past
+ROTATE_BYTES becomes `runtime-events.jsonl.1` (replacing the one before): an instance used for
+months keeps at most two files of events.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import msgspec
 from agentproc.files import open_append
 
 EVENTS_FILE = "runtime-events.jsonl"
+ROTATED_FILE = EVENTS_FILE + ".1"  # the previous ROTATE_BYTES of events
+ROTATE_BYTES = 16 * 1024 * 1024
 
 
 class RuntimeEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
@@ -74,8 +78,10 @@ _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 class RuntimeEventLog:
     """Appends events for one instance of one agent to its JSONL file, in batches."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
         self.path = directory / EVENTS_FILE
+        self._rotate_bytes = rotate_bytes
+        self._size = 0  # of the file behind _fd
         self._fd: int | None = None
         self._held: list[bytes] = []
         self._held_bytes = 0
@@ -104,8 +110,14 @@ class RuntimeEventLog:
             return
         if self._fd is None:
             self._fd = open_append(self.path)
+            self._size = os.fstat(self._fd).st_size
         data, self._held, self._held_bytes = b"".join(self._held), [], 0
         os.write(self._fd, data)
+        self._size += len(data)
+        if self._size > self._rotate_bytes:
+            os.close(self._fd)
+            self._fd = None
+            os.replace(self.path, self.path.with_name(ROTATED_FILE))
 
     def close(self) -> None:
         self.flush()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -10,29 +11,36 @@ from pathlib import Path
 
 import msgspec
 
-from agentproc.runtime_events import EVENTS_FILE, RuntimeEvent, event_decoder
+from agentproc.runtime_events import EVENTS_FILE, ROTATED_FILE, RuntimeEvent, event_decoder
 from goondan.paths import StatePaths
 
 FOLLOW_INTERVAL_S = 0.3
 
 
 class _Source:
-    """One runtime-events file and how far we have read it."""
+    """One runtime-events file and how far we have read it, across rotations: the events
+    written to the old file after our last read are read from `runtime-events.jsonl.1`."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.partial = b""
+        self.inode = 0
 
     def read_new(self) -> Iterator[RuntimeEvent]:
         try:
             with open(self.path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                data = b""
+                if inode != self.inode:  # a new file: the one we read was rotated
+                    data = self._rest_of_rotated()
+                    self.inode, self.offset = inode, 0
                 f.seek(self.offset)
-                data = f.read()
+                fresh = f.read()
         except FileNotFoundError:
             return
-        self.offset += len(data)
-        lines = (self.partial + data).split(b"\n")
+        self.offset += len(fresh)
+        lines = (self.partial + data + fresh).split(b"\n")
         self.partial = lines.pop()  # an unfinished last line waits for the rest
         for line in lines:
             if line.strip():
@@ -40,6 +48,18 @@ class _Source:
                     yield event_decoder.decode(line)
                 except msgspec.DecodeError:
                     continue
+
+    def _rest_of_rotated(self) -> bytes:
+        if not self.inode:
+            return b""
+        try:
+            with open(self.path.with_name(ROTATED_FILE), "rb") as f:
+                if os.fstat(f.fileno()).st_ino != self.inode:
+                    return b""  # rotated more than once since: that part is gone
+                f.seek(self.offset)
+                return f.read()
+        except FileNotFoundError:
+            return b""
 
 
 def run_logs(args: argparse.Namespace) -> int:
@@ -54,8 +74,11 @@ def run_logs(args: argparse.Namespace) -> int:
         events.sort(key=lambda e: e.timestamp)
         return events
 
-    events = scan()
-    if not sources and not args.follow:
+    # The rotated files are history: read once, before the live ones are followed.
+    rotated = paths.root.glob(f"swarms/*/instances/*/*/{ROTATED_FILE}")
+    history = [e for p in sorted(rotated) for e in _Source(p).read_new() if _wanted(e, args)]
+    events = sorted(history + scan(), key=lambda e: e.timestamp)
+    if not sources and not history and not args.follow:
         print(f"goondan: no runtime events under {paths.root}", file=sys.stderr)
         return 1
     for event in events[-args.lines :] if args.lines else events:

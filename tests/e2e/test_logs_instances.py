@@ -1,11 +1,15 @@
 """`goondan instance` and `goondan logs` over real state."""
 
 import json
+import queue
+import subprocess
+import threading
+import time
 
 from agentproc.conversation import read_messages
 from agentproc.runtime_events import RuntimeEvent, RuntimeEventLog
 from goondan.paths import StatePaths
-from tests.e2e.conftest import goondan
+from tests.e2e.conftest import GOONDAN, goondan
 
 
 def test_instance_list_and_delete(start_daemon, state_root):
@@ -95,3 +99,55 @@ def test_one_request_traced_across_agents(state_root):
         "logs", "--trace", trace, "--agent", "researcher", "--state-root", str(state_root)
     )
     assert {json.loads(line)["agentName"] for line in shown.stdout.splitlines()} == {"researcher"}
+
+
+def test_runtime_events_rotate_and_logs_reads_both_files(state_root):
+    directory = StatePaths.at(state_root).conversation_dir("default", "k", "a")
+    log = RuntimeEventLog(directory, rotate_bytes=2000)
+    for i in range(40):  # ~200 bytes each: rotates several times
+        stamp = f"2026-01-01T00:00:{i:02d}Z"
+        log.emit(RuntimeEvent("turn.started", stamp, "a", "k", "t" * 32, f"{i:016x}"))
+    log.close()
+    files = sorted(p.name for p in directory.iterdir())
+    assert files == ["runtime-events.jsonl", "runtime-events.jsonl.1"]
+    assert all((directory / name).stat().st_size <= 2000 + 300 for name in files)
+    shown = goondan("logs", "--state-root", str(state_root)).stdout.splitlines()
+    spans = [int(json.loads(line)["spanId"], 16) for line in shown]
+    # the oldest events went with the earlier rotations; what is kept is in order, up to the last
+    assert spans == list(range(spans[0], 40)) and len(spans) >= 10
+
+
+def test_logs_follow_goes_on_across_a_rotation(state_root):
+    directory = StatePaths.at(state_root).conversation_dir("default", "k", "a")
+    log = RuntimeEventLog(directory, rotate_bytes=1000)
+
+    def emit(i: int) -> None:
+        stamp = f"2026-01-01T00:00:{i:02d}Z"
+        log.emit(RuntimeEvent("turn.started", stamp, "a", "k", "t" * 32, f"{i:016x}"))
+
+    emit(0)
+    follower = subprocess.Popen(
+        [*GOONDAN, "logs", "-f", "--json", "--state-root", str(state_root)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in follower.stdout], daemon=True).start()
+
+    def next_span() -> int:
+        try:
+            return int(json.loads(lines.get(timeout=5))["spanId"], 16)
+        except queue.Empty:
+            raise AssertionError("goondan logs -f printed nothing more") from None
+
+    try:
+        assert next_span() == 0
+        for i in range(1, 12):  # past 1000 bytes: the file rotates under the follower
+            emit(i)
+            time.sleep(0.15)
+        assert [next_span() for _ in range(11)] == list(range(1, 12))
+    finally:
+        follower.kill()
+        follower.wait()
+        follower.stdout.close()
+        log.close()
