@@ -68,10 +68,11 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 
 # Runtime events are written in batches, as OpenTelemetry's batch span processor exports
 # spans: a write per turn would cost as much as a short turn. A batch goes out FLUSH_AFTER_S
-# after its first event, at once when it grows past FLUSH_BYTES, before a tool runs (which may
-# take the process down: the evidence is on disk first), on a failure, and at close.
+# after its first event, at once when it holds FLUSH_EVENTS, before a tool runs (which may
+# take the process down: the evidence is on disk first), on a failure, and at close. Events
+# are encoded when written, all at once (their data is built for them and never changed).
 FLUSH_AFTER_S = 1.0
-FLUSH_BYTES = 64 * 1024
+FLUSH_EVENTS = 256
 _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 
 
@@ -83,15 +84,12 @@ class RuntimeEventLog:
         self._rotate_bytes = rotate_bytes
         self._size = 0  # of the file behind _fd
         self._fd: int | None = None
-        self._held: list[bytes] = []
-        self._held_bytes = 0
+        self._held: list[RuntimeEvent] = []
         self._timer: asyncio.TimerHandle | None = None
 
     def emit(self, event: RuntimeEvent) -> None:
-        line = _encoder.encode(event) + b"\n"
-        self._held.append(line)
-        self._held_bytes += len(line)
-        if event.type in _WRITE_NOW or self._held_bytes > FLUSH_BYTES:
+        self._held.append(event)
+        if event.type in _WRITE_NOW or len(self._held) >= FLUSH_EVENTS:
             self.flush()
         elif self._timer is None:
             try:
@@ -111,7 +109,8 @@ class RuntimeEventLog:
         if self._fd is None:
             self._fd = open_append(self.path)
             self._size = os.fstat(self._fd).st_size
-        data, self._held, self._held_bytes = b"".join(self._held), [], 0
+        data = _encoder.encode_lines(self._held)
+        self._held = []
         os.write(self._fd, data)
         self._size += len(data)
         if self._size > self._rotate_bytes:

@@ -51,16 +51,16 @@ class TurnTracer:
     def emit(
         self, event: str, span_id: str, parent_span_id: str | None, data: dict[str, Any]
     ) -> None:
-        record = RuntimeEvent(
-            type=event,
-            timestamp=now_iso(),
-            agent_name=self.agent_name,
-            instance_key=self.instance_key,
-            trace_id=self.trace_id,
-            span_id=span_id,
-            parent_span_id=parent_span_id,
-            turn_id=self.turn_id,
-            data=data,
+        record = RuntimeEvent(  # type, timestamp, agent, instance, trace, span, parent, turn
+            event,
+            now_iso(),
+            self.agent_name,
+            self.instance_key,
+            self.trace_id,
+            span_id,
+            parent_span_id,
+            self.turn_id,
+            data,
         )
         if self._log is not None:
             self._log.emit(record)
