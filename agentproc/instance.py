@@ -73,9 +73,12 @@ class Instance:
         self.state.save()
         self.jobs.settle_delivered(self.conversation.messages)
 
-    def close(self) -> None:
+    def close(self, *, save: bool = True) -> None:
+        """Stop its long-running tools and close its files: saved and synced first, unless the
+        instance is being deleted (`save=False`)."""
         self.jobs.cancel_all()
-        self.state.save()
-        self.conversation.sync()
+        if save:
+            self.state.save()
+            self.conversation.sync()
         self.conversation.close()
         self.events.close()

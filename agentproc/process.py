@@ -163,7 +163,7 @@ class AgentProcess:
     def _drop(self, key: str, job: Drop) -> None:
         instance = self._instances.pop(key, None)
         if instance is not None:
-            instance.close()
+            instance.close(save=False)
         directory = self.paths.conversation_dir(self.swarm, key, self.name)
         existed = directory.exists()
         shutil.rmtree(directory, ignore_errors=True)
