@@ -2,7 +2,9 @@
 
 A key with work has one worker task on it. Workers that run out of work park and are handed
 the next idle key that gets work, so a busy agent does not create (and register, and collect)
-a task per turn; at most MAX_PARKED wait, and the rest end.
+a task per turn; at most MAX_PARKED wait, and the rest end. A job runs in its worker's context:
+a context variable a job sets and does not reset is seen by that worker's next job (the turn
+loop resets its own).
 """
 
 from __future__ import annotations
