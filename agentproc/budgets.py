@@ -9,6 +9,7 @@ after each step, before the next model call.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from agentproc.messages import Usage
 from goondan.bundle.model import BudgetPolicy, ModelPricing
@@ -75,3 +76,15 @@ class TurnBudget:
                 "(Swarm spec.policy.budget.maxTurnCostUsd)."
             )
         return None
+
+
+def usage_data(usage: TokenUsage) -> dict[str, Any]:
+    """A call's or a turn's usage as runtime events carry it (`tokenUsage`)."""
+    data: dict[str, Any] = {
+        "inputTokens": usage.input_tokens,
+        "outputTokens": usage.output_tokens,
+        "totalTokens": usage.input_tokens + usage.output_tokens,
+    }
+    if usage.cost_usd is not None:
+        data["costUsd"] = usage.cost_usd
+    return data

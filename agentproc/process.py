@@ -268,27 +268,22 @@ class AgentProcess:
 
         def send(kind: str, text: str | None, data: dict[str, Any]) -> None:
             update = wire.TurnUpdate("text" if kind == "text" else "progress", text, data)
-            frame = wire.encode(
-                wire.TURN_UPDATE,
-                self.name,
-                job.reply_to,
-                update,
-                correlation_id=job.correlation_id,
-                trace_id=job.trace_id,
-            )
-            self._send(frame)
+            self._to_requester(job, wire.TURN_UPDATE, update)
 
         return send
 
     def _reply(self, job: Job, result: wire.DelegateResult) -> None:
         if job.correlation_id is None:
             return  # an event: nobody waits for an answer
+        self._to_requester(job, wire.DELEGATE_RESULT, result)
+
+    def _to_requester(self, job: Job, kind: str, payload: Any) -> None:
         self._send(
             wire.encode(
-                wire.DELEGATE_RESULT,
+                kind,
                 self.name,
                 job.reply_to,
-                result,
+                payload,
                 correlation_id=job.correlation_id,
                 trace_id=job.trace_id,
             )

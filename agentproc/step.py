@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentproc.budgets import usage_data
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolDefinition
 from agentproc.tool_calls import result_message, run_tool_calls
 from agentproc.tracing import current_span, new_span_id
@@ -95,7 +96,7 @@ async def run_step(ctx: StepCtx) -> StepResult:
                 "toolCallCount": len(reply.tool_calls),
                 "finishReason": reply.finish_reason,
                 "shouldContinue": result.should_continue,
-                "tokenUsage": _usage(usage),
+                "tokenUsage": usage_data(usage),
             },
         )
         return result
@@ -230,17 +231,6 @@ def _step_event(
             **data,
         },
     )
-
-
-def _usage(usage: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "inputTokens": usage.input_tokens,
-        "outputTokens": usage.output_tokens,
-        "totalTokens": usage.input_tokens + usage.output_tokens,
-    }
-    if usage.cost_usd is not None:
-        data["costUsd"] = usage.cost_usd
-    return data
 
 
 __all__ = ["run_step"]

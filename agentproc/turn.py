@@ -25,7 +25,7 @@ from typing import Any, TypeAlias
 import msgspec
 import structlog
 
-from agentproc.budgets import TurnBudget, UsageMeter
+from agentproc.budgets import TurnBudget, UsageMeter, usage_data
 from agentproc.catalog import CatalogBuilder, ToolPolicy
 from agentproc.conversation import Conversation
 from agentproc.extension_state import current_state
@@ -439,7 +439,7 @@ class TurnRun:
             "finishReason": result.finish_reason,
             "stepCount": result.steps,
             "duration": duration,
-            "tokenUsage": _usage_data(result.usage),
+            "tokenUsage": usage_data(result.usage),
         }
         if result.error is not None:
             data["errorCode"] = result.error.code
@@ -537,14 +537,3 @@ async def _turn_core(ctx: TurnCtx) -> TurnResult:
 
 def _preview(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _usage_data(usage: Any) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "inputTokens": usage.input_tokens,
-        "outputTokens": usage.output_tokens,
-        "totalTokens": usage.input_tokens + usage.output_tokens,
-    }
-    if usage.cost_usd is not None:
-        data["costUsd"] = usage.cost_usd
-    return data

@@ -3,17 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
 import zmq
 
 from bench.driver import Driver
-from bench.procs import PYTHON, Procs
+from bench.procs import PYTHON, Procs, short_tmpdir
 
 HELLO_PROGRAM = (
     "import os, sys, zmq\n"
@@ -183,3 +185,17 @@ class Forker:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@contextlib.contextmanager
+def hello_baselines() -> Iterator[tuple[Procs, HelloSink, SubprocessSpawner]]:
+    """The plumbing of the process baselines: processes killed at the end, the sink their
+    hellos reach, and the `python -c` spawner (a `Forker(procs, sink)` joins when needed)."""
+    with short_tmpdir() as tmp, Procs() as procs:
+        sink = HelloSink(f"ipc://{tmp / 'hello.sock'}")
+        spawner = SubprocessSpawner(procs, sink)
+        try:
+            yield procs, sink, spawner
+        finally:
+            spawner.close()
+            sink.close()

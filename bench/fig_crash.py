@@ -79,37 +79,31 @@ def _product(cycles: int) -> dict[str, Any]:
 
 def _baselines(cycles: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with short_tmpdir() as tmp, Procs() as procs:
-        sink = baselines.HelloSink(f"ipc://{tmp / 'hello.sock'}")
-        spawner = baselines.SubprocessSpawner(procs, sink)
-        try:
-            log("crash: bare python -c respawns")
-            _, _, pids = spawner.spawn(1)
-            sub: list[float] = []
-            for _ in range(cycles):
-                time.sleep(0.1)
-                _, gone = _kill(pids[0])
-                t0, lat, pids = spawner.spawn(1)
-                if not lat:
-                    raise RuntimeError("the respawned python -c did not say hello")
-                sub.append((t0 + lat[0] - gone) * 1000)
-            out["subprocess"] = sub
-            log("crash: os.fork respawns")
-            forker = baselines.Forker(procs, sink)
-            _, pids = forker.spawn(1)
-            fork: list[float] = []
-            for _ in range(cycles):
-                time.sleep(0.1)
-                _, gone = _kill(pids[0])
-                lat, pids = forker.spawn(1)
-                if not lat:
-                    raise RuntimeError("the forked child did not say hello")
-                fork.append((time.monotonic() - gone) * 1000)
-            out["fork"] = fork
-            forker.kill_children(pids)
-        finally:
-            spawner.close()
-            sink.close()
+    with baselines.hello_baselines() as (procs, sink, spawner):
+        log("crash: bare python -c respawns")
+        _, _, pids = spawner.spawn(1)
+        sub: list[float] = []
+        for _ in range(cycles):
+            time.sleep(0.1)
+            _, gone = _kill(pids[0])
+            t0, lat, pids = spawner.spawn(1)
+            if not lat:
+                raise RuntimeError("the respawned python -c did not say hello")
+            sub.append((t0 + lat[0] - gone) * 1000)
+        out["subprocess"] = sub
+        log("crash: os.fork respawns")
+        forker = baselines.Forker(procs, sink)
+        _, pids = forker.spawn(1)
+        fork: list[float] = []
+        for _ in range(cycles):
+            time.sleep(0.1)
+            _, gone = _kill(pids[0])
+            lat, pids = forker.spawn(1)
+            if not lat:
+                raise RuntimeError("the forked child did not say hello")
+            fork.append((time.monotonic() - gone) * 1000)
+        out["fork"] = fork
+        forker.kill_children(pids)
     return out
 
 

@@ -64,25 +64,19 @@ def _product() -> dict[str, Any]:
 
 def _baselines() -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with short_tmpdir() as tmp, Procs() as procs:
-        sink = baselines.HelloSink(f"ipc://{tmp / 'hello.sock'}")
-        spawner = baselines.SubprocessSpawner(procs, sink)
-        try:
-            log(f"memory: {COUNT} bare python -c processes")
-            _, lat, pids = spawner.spawn(COUNT)
-            time.sleep(1.0)
-            out["subprocess"] = _pss(pids)
-            spawner.close()
-            forker = baselines.Forker(procs, sink)
-            log(f"memory: {COUNT} os.fork children")
-            _, pids = forker.spawn(COUNT)
-            time.sleep(1.0)
-            out["fork"] = _pss(pids)
-            out["fork"]["preloaded"] = forker.preloaded
-            forker.kill_children(pids)
-        finally:
-            spawner.close()
-            sink.close()
+    with baselines.hello_baselines() as (procs, sink, spawner):
+        log(f"memory: {COUNT} bare python -c processes")
+        _, lat, pids = spawner.spawn(COUNT)
+        time.sleep(1.0)
+        out["subprocess"] = _pss(pids)
+        spawner.close()
+        forker = baselines.Forker(procs, sink)
+        log(f"memory: {COUNT} os.fork children")
+        _, pids = forker.spawn(COUNT)
+        time.sleep(1.0)
+        out["fork"] = _pss(pids)
+        out["fork"]["preloaded"] = forker.preloaded
+        forker.kill_children(pids)
     return out
 
 

@@ -93,43 +93,37 @@ def _product(quick: bool, seq: int, bursts: list[int]) -> dict[str, Any]:
 
 def _baselines(seq: int, bursts: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    with short_tmpdir() as tmp, Procs() as procs:
-        sink = baselines.HelloSink(f"ipc://{tmp / 'hello.sock'}")
-        spawner = baselines.SubprocessSpawner(procs, sink)
-        try:
-            log(f"spawn: python -c, {seq} one at a time, then {bursts} at once")
-            seq_ms: list[float] = []
-            for _ in range(seq):
-                time.sleep(0.05)
-                _, lat, _ = spawner.spawn(1)
-                seq_ms.extend(x * 1000 for x in lat)
-            out["subprocess"] = {"seq": seq_ms}
-            for n in bursts:
-                time.sleep(0.3)
-                _, lat, _ = spawner.spawn(n)
-                out["subprocess"][f"burst{n}"] = [x * 1000 for x in lat]
-                out["subprocess"][f"burst{n}Complete"] = len(lat) == n
-            spawner.close()
-            forker = baselines.Forker(procs, sink)
-            log(f"spawn: os.fork ({forker.preloaded} preloaded)")
-            fork: dict[str, Any] = {"preloaded": forker.preloaded, "seq": []}
-            pids: list[int] = []
-            for _ in range(seq):
-                time.sleep(0.05)
-                lat, got = forker.spawn(1)
-                fork["seq"].extend(x * 1000 for x in lat)
-                pids.extend(got)
-            for n in bursts:
-                time.sleep(0.3)
-                lat, got = forker.spawn(n)
-                fork[f"burst{n}"] = [x * 1000 for x in lat]
-                fork[f"burst{n}Complete"] = len(lat) == n
-                pids.extend(got)
-            forker.kill_children(pids)
-            out["fork"] = fork
-        finally:
-            spawner.close()
-            sink.close()
+    with baselines.hello_baselines() as (procs, sink, spawner):
+        log(f"spawn: python -c, {seq} one at a time, then {bursts} at once")
+        seq_ms: list[float] = []
+        for _ in range(seq):
+            time.sleep(0.05)
+            _, lat, _ = spawner.spawn(1)
+            seq_ms.extend(x * 1000 for x in lat)
+        out["subprocess"] = {"seq": seq_ms}
+        for n in bursts:
+            time.sleep(0.3)
+            _, lat, _ = spawner.spawn(n)
+            out["subprocess"][f"burst{n}"] = [x * 1000 for x in lat]
+            out["subprocess"][f"burst{n}Complete"] = len(lat) == n
+        spawner.close()
+        forker = baselines.Forker(procs, sink)
+        log(f"spawn: os.fork ({forker.preloaded} preloaded)")
+        fork: dict[str, Any] = {"preloaded": forker.preloaded, "seq": []}
+        pids: list[int] = []
+        for _ in range(seq):
+            time.sleep(0.05)
+            lat, got = forker.spawn(1)
+            fork["seq"].extend(x * 1000 for x in lat)
+            pids.extend(got)
+        for n in bursts:
+            time.sleep(0.3)
+            lat, got = forker.spawn(n)
+            fork[f"burst{n}"] = [x * 1000 for x in lat]
+            fork[f"burst{n}Complete"] = len(lat) == n
+            pids.extend(got)
+        forker.kill_children(pids)
+        out["fork"] = fork
     return out
 
 
