@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import os
 import signal
 import sys
@@ -23,26 +22,14 @@ from agentproc.turn import AgentDefinition
 from goondan.bundle import AgentSpec, BundleInvalid, Resource, resolve_value
 from goondan.bundle.cache import load_bundle_cached
 from goondan.logs import configure_logging
+from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
 from ipc import messages as wire
 from ipc.endpoints import connect_dealer
 
-_PR_SET_PDEATHSIG = 1
-
 
 class StartError(Exception):
     """A reason this agent cannot start that the user can fix; reported to the orchestrator."""
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Children die with the orchestrator, even when it is SIGKILLed (no orphans)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the heartbeat timeout still catches it
-        return
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 async def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[str, Any]]:

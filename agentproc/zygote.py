@@ -26,6 +26,7 @@ import uvloop  # noqa: F401
 
 import agentproc.main  # (and, through it, the whole agent runtime)
 import agentproc.providers.scripted  # noqa: F401
+from goondan.orphans import die_with_parent
 
 try:  # the SDK-based providers are heavy to import; preload them when installed
     import agentproc.providers.openai  # noqa: F401
@@ -128,6 +129,6 @@ def serve() -> int:
 
 
 if __name__ == "__main__":
-    agentproc.main.die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
+    die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
     warm_up(sys.argv[2] if len(sys.argv) > 2 else None)
     raise SystemExit(serve())

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import os
 import signal
 import sys
@@ -36,6 +35,7 @@ from goondan.connectors import (
     load_connection,
 )
 from goondan.logs import configure_logging
+from goondan.orphans import die_with_parent
 from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import connect_dealer
@@ -44,17 +44,6 @@ HEARTBEAT_INTERVAL_S = 1.0
 SIGTERM_GRACE_MS = 5_000
 MAIN_SHARE_OF_GRACE = 0.75  # the rest is for cancelling main, acking and closing
 EXIT_OK, EXIT_CRASHED, EXIT_START_ERROR = 0, 1, 3
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Die with the orchestrator, even when it is SIGKILLed (no orphans)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the heartbeat timeout still catches it
-        return
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
 
 
 class ConnectorProcess:
