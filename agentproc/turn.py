@@ -28,6 +28,7 @@ import structlog
 from agentproc.budgets import TurnBudget, UsageMeter, usage_data
 from agentproc.catalog import CatalogBuilder, ToolPolicy
 from agentproc.conversation import Conversation
+from agentproc.deadlines import Deadlines
 from agentproc.extension_state import current_state
 from agentproc.extensions import EventBus
 from agentproc.instance import Instance
@@ -83,6 +84,7 @@ class AgentDefinition:
     tool_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
+    deadlines: Deadlines = field(init=False)  # of this agent's running turns
     prefix: list[Message] = field(init=False)  # what every model request starts with
 
     def __post_init__(self) -> None:
@@ -90,6 +92,7 @@ class AgentDefinition:
         self.prefix = [Message(id="system", role="system", content=system)] if system else []
         self.executor = ToolExecutor(self.registry, default_timeout_ms=self.tool_timeout_ms)
         self.catalog = CatalogBuilder(self.registry, self.policy)
+        self.deadlines = Deadlines()
         if self.registry.get(POLL_TOOL) is None:
             self.registry.register(poll_entry())
 
@@ -452,19 +455,14 @@ class TurnRun:
         deadline = self.budget.deadline
         if deadline is None:
             return await self._steps()
-        # What `asyncio.timeout` does, without its per-use objects (a turn-sized cost): a timer
-        # that cancels this task, and a cancellation told apart from anyone else's.
         task = asyncio.current_task()
         assert task is not None
         cancelling = task.cancelling()
-        expired: list[bool] = []
-        timer = asyncio.get_running_loop().call_later(
-            max(0.0, deadline - time.monotonic()), _expire, task, expired
-        )
+        watched = self.agent.deadlines.watch(task, deadline)
         try:
             return await self._steps()
         except asyncio.CancelledError:
-            if not expired or task.uncancel() > cancelling:
+            if not watched.expired or task.uncancel() > cancelling:
                 raise  # not ours, or someone else cancelled too
             notice = self.budget.time_message()
             self.log.warning(
@@ -472,7 +470,7 @@ class TurnRun:
             )
             return self._stop_for_budget(notice)
         finally:
-            timer.cancel()
+            self.agent.deadlines.end(watched)
 
     async def _steps(self) -> TurnResult:
         agent = self.agent
@@ -524,11 +522,6 @@ class TurnRun:
 
     def _agents(self) -> MiddlewareAgents:
         return self.runtime  # `request` / `send` of ctx.runtime, with this turn's call chain
-
-
-def _expire(task: asyncio.Task[Any], expired: list[bool]) -> None:
-    expired.append(True)
-    task.cancel()
 
 
 async def _turn_core(ctx: TurnCtx) -> TurnResult:
