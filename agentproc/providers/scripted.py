@@ -66,10 +66,10 @@ class ScriptedProvider:
     def __init__(self, spec: ModelSpec) -> None:
         try:
             script = msgspec.convert(spec.options, _Script)
-            self._rules = [(re.compile(rule.when), rule) for rule in script.rules]
-        except (msgspec.ValidationError, re.error) as exc:
+            self._rules = [(re.compile(rule.when), _play_steps(rule)) for rule in script.rules]
+            self._default = _Template(script.default)
+        except (msgspec.ValidationError, re.error, ScriptError) as exc:
             raise ScriptError(f"Model '{spec.model}': invalid scripted options: {exc}") from None
-        self._default = script.default
         self.label = f"scripted model '{spec.model}'"
         self.streaming = False
 
@@ -84,42 +84,18 @@ class ScriptedProvider:
         on_chunk: ChunkCallback | None = None,
     ) -> ModelReply:
         # Replies are whole at once: `on_text` (streaming text) is never called.
-        turn = _current_turn(request.messages)
-        user_text = (turn[0].content or "") if turn else ""
-        results = _results(turn)
-        scope: dict[str, Any] = {
-            "input": user_text,
-            "result": results[-1] if results else None,
-            "results": results,
-        }
-        for pattern, rule in self._rules:
-            found = pattern.search(user_text)
+        scope = _Scope(_current_turn(request.messages))
+        for pattern, steps in self._rules:
+            found = pattern.search(scope.input)
             if found is None:
                 continue
-            scope["match"] = {str(i): g for i, g in enumerate([found[0], *found.groups()])}
-            scope["match"].update(found.groupdict())
-            position = sum(1 for m in turn if m.role == "assistant")
-            if position < len(rule.steps):
-                return self._play(rule.steps[position], scope, len(request.messages))
-            return _reply(_render_text("{{result}}", scope))
-        return _reply(_render_text(self._default, scope))
-
-    def _play(self, step: _Step, scope: dict[str, Any], seq: int) -> ModelReply:
-        calls = list(step.calls)
-        if step.call:
-            calls.insert(0, _Call(step.call, step.args))
-        if not calls:
-            return _reply(_render_text(step.reply or "", scope))
-        tool_calls = tuple(
-            ToolCall(
-                id=f"call_{seq}_{i}",
-                name=c.call,
-                arguments=json.dumps(_render_value(c.args, scope)),
-            )
-            for i, c in enumerate(calls)
-        )
-        text = _render_text(step.reply, scope) if step.reply else None
-        return ModelReply(text=text, tool_calls=tool_calls, finish_reason="tool_calls")
+            scope.match = {str(i): g for i, g in enumerate([found[0], *found.groups()])}
+            scope.match.update(found.groupdict())
+            position = sum(1 for m in scope.turn if m.role == "assistant")
+            if position < len(steps):
+                return steps[position].play(scope, len(request.messages))
+            return _reply(_LAST_RESULT.text(scope))
+        return _reply(self._default.text(scope))
 
 
 def _reply(text: str) -> ModelReply:
@@ -132,6 +108,29 @@ def _current_turn(messages: list[Message]) -> list[Message]:
         if messages[index].role == "user":
             return messages[index:]
     return []
+
+
+class _Scope:
+    """What placeholders read; tool results are parsed only when a template asks for them."""
+
+    def __init__(self, turn: list[Message]) -> None:
+        self.turn = turn
+        self.input = (turn[0].content or "") if turn else ""
+        self.match: dict[str, Any] | None = None
+        self._results: list[Any] | None = None
+
+    def get(self, name: str) -> Any:
+        if name == "input":
+            return self.input
+        if name == "match":
+            return self.match
+        if name == "result" or name == "results":
+            if self._results is None:
+                self._results = _results(self.turn)
+            if name == "results":
+                return self._results
+            return self._results[-1] if self._results else None
+        return None
 
 
 def _results(turn: list[Message]) -> list[Any]:
@@ -151,32 +150,105 @@ def _results(turn: list[Message]) -> list[Any]:
     return results
 
 
-def _lookup(scope: dict[str, Any], path: str) -> Any:
-    value: Any = scope
-    for part in path.split("."):
-        if isinstance(value, dict):
-            value = value.get(part)
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
+_FILTERS = ("number", "int", "json")
 
 
-def _apply(value: Any, filter_name: str | None) -> Any:
-    if filter_name is None:
-        return value
+class _Slot:
+    """One `{{path | filter}}`."""
+
+    __slots__ = ("path", "filter")
+
+    def __init__(self, path: str, filter_name: str | None) -> None:
+        if filter_name is not None and filter_name not in _FILTERS:
+            raise ScriptError(
+                f"unknown placeholder filter '{filter_name}' (use number, int or json)"
+            )
+        self.path = path.split(".")
+        self.filter = filter_name
+
+    def value(self, scope: _Scope) -> Any:
+        value: Any = scope.get(self.path[0])
+        for part in self.path[1:]:
+            if isinstance(value, dict):
+                value = value.get(part)
+            elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+                value = value[int(part)]
+            else:
+                return None
+        return value if self.filter is None else _apply(value, self.filter)
+
+
+class _Template:
+    """A text with placeholders, split once (at load) into literal text and `_Slot`s."""
+
+    __slots__ = ("parts", "whole")
+
+    def __init__(self, template: str) -> None:
+        parts: list[str | _Slot] = []
+        end = 0
+        for found in _PLACEHOLDER.finditer(template):
+            if found.start() > end:
+                parts.append(template[end : found.start()])
+            parts.append(_Slot(found[1], found[2]))
+            end = found.end()
+        if end < len(template):
+            parts.append(template[end:])
+        self.parts = tuple(parts)
+        # A value that is exactly one placeholder keeps the value's type (in tool arguments).
+        only = parts[0] if len(parts) == 1 else None
+        self.whole = only if isinstance(only, _Slot) and _WHOLE.match(template) else None
+
+    def text(self, scope: _Scope) -> str:
+        return "".join(p if isinstance(p, str) else _as_text(p.value(scope)) for p in self.parts)
+
+    def value(self, scope: _Scope) -> Any:
+        return self.whole.value(scope) if self.whole is not None else self.text(scope)
+
+
+_LAST_RESULT = _Template("{{result}}")
+
+
+class _PlayStep:
+    """One entry of a rule's `steps`, its templates compiled."""
+
+    __slots__ = ("reply", "calls")
+
+    def __init__(self, step: _Step) -> None:
+        calls = list(step.calls)
+        if step.call:
+            calls.insert(0, _Call(step.call, step.args))
+        self.calls = tuple((c.call, _compile_value(c.args)) for c in calls)
+        self.reply = _Template(step.reply) if step.reply is not None else None
+
+    def play(self, scope: _Scope, seq: int) -> ModelReply:
+        if not self.calls:
+            return _reply(self.reply.text(scope) if self.reply is not None else "")
+        tool_calls = tuple(
+            ToolCall(
+                id=f"call_{seq}_{i}",
+                name=name,
+                arguments=json.dumps(_render_value(args, scope)),
+            )
+            for i, (name, args) in enumerate(self.calls)
+        )
+        text = self.reply.text(scope) if self.reply is not None and self.reply.parts else None
+        return ModelReply(text=text, tool_calls=tool_calls, finish_reason="tool_calls")
+
+
+def _play_steps(rule: _Rule) -> tuple[_PlayStep, ...]:
+    return tuple(_PlayStep(step) for step in rule.steps)
+
+
+def _apply(value: Any, filter_name: str) -> Any:
     try:
         if filter_name == "number":
             number = float(value)
             return int(number) if number.is_integer() else number
         if filter_name == "int":
             return int(float(value))
-        if filter_name == "json":
-            return json.loads(value) if isinstance(value, str) else value
+        return json.loads(value) if isinstance(value, str) else value  # json
     except (TypeError, ValueError):
         return value
-    raise ScriptError(f"unknown placeholder filter '{filter_name}' (use number, int or json)")
 
 
 def _as_text(value: Any) -> str:
@@ -185,17 +257,19 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def _render_text(template: str, scope: dict[str, Any]) -> str:
-    return _PLACEHOLDER.sub(lambda m: _as_text(_apply(_lookup(scope, m[1]), m[2])), template)
-
-
-def _render_value(value: Any, scope: dict[str, Any]) -> Any:
+def _compile_value(value: Any) -> Any:
     if isinstance(value, str):
-        if _WHOLE.match(value):
-            found = _PLACEHOLDER.match(value)
-            if found:
-                return _apply(_lookup(scope, found[1]), found[2])
-        return _render_text(value, scope)
+        return _Template(value)
+    if isinstance(value, dict):
+        return {k: _compile_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compile_value(v) for v in value]
+    return value
+
+
+def _render_value(value: Any, scope: _Scope) -> Any:
+    if isinstance(value, _Template):
+        return value.value(scope)
     if isinstance(value, dict):
         return {k: _render_value(v, scope) for k, v in value.items()}
     if isinstance(value, list):

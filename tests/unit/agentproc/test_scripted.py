@@ -70,3 +70,9 @@ async def test_only_the_current_turn_counts():
 def test_bad_options_are_a_clear_error():
     with pytest.raises(ScriptError, match="invalid scripted options"):
         provider({"rules": [{"when": "(", "steps": []}]})
+
+
+def test_an_unknown_filter_is_an_error_when_the_model_loads_not_mid_turn():
+    options = {"default": "{{input | upper}}"}
+    with pytest.raises(ScriptError, match="unknown placeholder filter 'upper'"):
+        provider(options)
