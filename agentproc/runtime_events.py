@@ -67,10 +67,12 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 
 
 # Runtime events are written in batches, as OpenTelemetry's batch span processor exports
-# spans: a write per turn would cost as much as a short turn. A batch goes out FLUSH_AFTER_S
-# after its first event, at once when it holds FLUSH_EVENTS, before a tool runs (which may
-# take the process down: the evidence is on disk first), on a failure, and at close. Events
-# are encoded when written, all at once (their data is built for them and never changed).
+# spans: a write per turn would cost as much as a short turn. A batch goes out within
+# FLUSH_AFTER_S of its first event (after a random half to whole of it, so that agents busy
+# with the same wave of work do not all write in the same moment), at once when it holds
+# FLUSH_EVENTS, before a tool runs (which may take the process down: the evidence is on disk
+# first), on a failure, and at close. Events are encoded when written, all at once (their
+# data is built for them and never changed).
 FLUSH_AFTER_S = 1.0
 FLUSH_EVENTS = 256
 _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
@@ -97,7 +99,7 @@ class RuntimeEventLog:
             except RuntimeError:  # no loop to come back later: write now
                 self.flush()
                 return
-            self._timer = loop.call_later(FLUSH_AFTER_S, self.flush)
+            self._timer = loop.call_later(FLUSH_AFTER_S * random.uniform(0.5, 1.0), self.flush)
 
     def flush(self) -> None:
         """Write what is held now (readers in this process call it before reading)."""
