@@ -69,8 +69,10 @@ class TurnBudget:
                 "(Swarm spec.policy.budget.maxTurnTokens)."
             )
         cost_limit = self.policy.max_turn_cost_usd
+        if cost_limit is None:
+            return None
         cost = meter.total().cost_usd
-        if cost_limit is not None and cost is not None and cost >= cost_limit:
+        if cost is not None and cost >= cost_limit:
             return (
                 f"This turn cost ${cost:.4f}; the budget is ${cost_limit:g} "
                 "(Swarm spec.policy.budget.maxTurnCostUsd)."

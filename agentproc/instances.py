@@ -71,11 +71,17 @@ class InstanceQueues(Generic[J]):
     async def _worker(self, key: str) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            queue = self._queues[key]
             try:
-                await self._drain(key)
+                while queue:
+                    job = queue.popleft()
+                    try:
+                        await self._run(key, job)
+                    except Exception:  # a bug in one turn must not stop the key's queue
+                        structlog.get_logger().exception("job failed", instanceKey=key)
             finally:
                 self._busy.discard(key)
-                if not self._queues[key]:
+                if not queue:
                     del self._queues[key]
                 if not self._busy and self._idle_waiter is not None:
                     self._idle_waiter.set_result(None)
@@ -85,12 +91,3 @@ class InstanceQueues(Generic[J]):
             parked: asyncio.Future[str] = loop.create_future()
             self._parked.append(parked)
             key = await parked
-
-    async def _drain(self, key: str) -> None:
-        queue = self._queues[key]
-        while queue:
-            job = queue.popleft()
-            try:
-                await self._run(key, job)
-            except Exception:  # a bug in one turn must not stop the key's queue
-                structlog.get_logger().exception("job failed", instanceKey=key)

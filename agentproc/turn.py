@@ -50,7 +50,6 @@ from goondan.extensions import (
     InputEvent,
     Layer,
     MessageEvent,
-    MiddlewareAgents,
     MiddlewareError,
     RemoveMessage,
     ReplaceMessage,
@@ -229,11 +228,16 @@ class TurnRun:
     ) -> None:
         self.agent = agent
         self.updates = updates  # streamed text and tool progress, for whoever waits
-        self.policy = _turn_policy(agent.policy, turn_input.metadata.get("toolPolicy"))
+        connection_policy = turn_input.metadata.get("toolPolicy")
+        self.policy = (
+            agent.policy
+            if connection_policy is None
+            else _turn_policy(agent.policy, connection_policy)
+        )
         self.instance = instance
         self.conversation = instance.conversation
         self.input = turn_input
-        self.runtime = runtime
+        self.runtime = runtime  # ctx.agents: `request` / `send`, with this turn's call chain
         self.workdir = workdir
         self.turn_id = new_turn_id()
         self.tracer = TurnTracer(
@@ -429,7 +433,7 @@ class TurnRun:
                 self.input.metadata,
             ),
             conversation_state=self.view,
-            agents=self._agents(),
+            agents=self.runtime,
             emit=self.emit,
         )
         ctx.run = self
@@ -495,7 +499,7 @@ class TurnRun:
                 trace_id=self.input.trace_id,
                 step_index=self.steps,
                 conversation_state=self.view,
-                agents=self._agents(),
+                agents=self.runtime,
                 tool_catalog=agent.catalog.build(runtime_tools),
                 turn_metadata=self.metadata,
                 emit=self.emit,
@@ -519,9 +523,6 @@ class TurnRun:
         self.append(Message(id=self.next_id(), role="assistant", content=notice))
         text = f"{self.last_text}\n\n{notice}" if self.last_text else notice
         return self.result("budget", text, ErrorDetail("E_TURN_BUDGET", notice))
-
-    def _agents(self) -> MiddlewareAgents:
-        return self.runtime  # `request` / `send` of ctx.runtime, with this turn's call chain
 
 
 async def _turn_core(ctx: TurnCtx) -> TurnResult:
