@@ -184,10 +184,14 @@ async def run_turn(
 
 
 class _ConversationView:
-    """`ctx.conversation_state`: base (turn start) + this turn's events = next (now)."""
+    """`ctx.conversation_state`: base (turn start) + this turn's events = next (now). It holds
+    the turn's parts, not the turn: a cycle would keep every turn alive until a gc pass."""
 
-    def __init__(self, run: TurnRun, base: list[Message]) -> None:
-        self._run = run
+    def __init__(
+        self, conversation: Conversation, events: list[MessageEvent], base: list[Message]
+    ) -> None:
+        self._conversation = conversation
+        self._events = events
         self._base = base
 
     @property
@@ -196,11 +200,11 @@ class _ConversationView:
 
     @property
     def events(self) -> list[MessageEvent]:
-        return self._run.message_events
+        return self._events
 
     @property
     def next_messages(self) -> list[Message]:
-        return self._run.conversation.messages
+        return self._conversation.messages
 
 
 class TurnCtx(TurnMiddlewareContext):
@@ -258,7 +262,9 @@ class TurnRun:
         self.restart_reason: str | None = None
         self.stop: tuple[str, str] | None = None  # (code, message): a step ended the turn
         self.message_events: list[MessageEvent] = []
-        self.view = _ConversationView(self, list(self.conversation.messages))
+        self.view = _ConversationView(
+            self.conversation, self.message_events, list(self.conversation.messages)
+        )
         self.metadata: dict[str, Any] = {}
         self._seq = 0
 
