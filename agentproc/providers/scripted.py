@@ -16,7 +16,7 @@ assistant messages in this turn and plays the next entry of `steps`; past the en
 with the last tool result. Placeholders `{{path | filter}}` read from:
 `input` (the user text), `match.N` / `match.NAME` (regex groups), `result` (the last tool
 result's `output`, or its `error` when it failed) and `results.N` (every result of the turn,
-in order). Filters: `number`, `int`, `json`.
+in order). Filters: `number`, `int`, `json` (another name is an error when the agent starts).
 A value that is exactly one placeholder keeps the value's type.
 """
 
@@ -66,7 +66,10 @@ class ScriptedProvider:
     def __init__(self, spec: ModelSpec) -> None:
         try:
             script = msgspec.convert(spec.options, _Script)
-            self._rules = [(re.compile(rule.when), _play_steps(rule)) for rule in script.rules]
+            self._rules = [
+                (re.compile(rule.when), tuple(_PlayStep(step) for step in rule.steps))
+                for rule in script.rules
+            ]
             self._default = _Template(script.default)
         except (msgspec.ValidationError, re.error, ScriptError) as exc:
             raise ScriptError(f"Model '{spec.model}': invalid scripted options: {exc}") from None
@@ -233,10 +236,6 @@ class _PlayStep:
         )
         text = self.reply.text(scope) if self.reply is not None and self.reply.parts else None
         return ModelReply(text=text, tool_calls=tool_calls, finish_reason="tool_calls")
-
-
-def _play_steps(rule: _Rule) -> tuple[_PlayStep, ...]:
-    return tuple(_PlayStep(step) for step in rule.steps)
 
 
 def _apply(value: Any, filter_name: str) -> Any:
