@@ -40,10 +40,6 @@ class Journal:
         self._open: dict[str, Entry] = {}  # unanswered, in the order they were accepted
         self._grown = 0  # bytes appended since the file was last rewritten
 
-    @property
-    def open_ids(self) -> set[str]:
-        return set(self._open)
-
     def recover(self) -> list[Entry]:
         """Unanswered inputs of earlier runs, in the order they were accepted."""
         accepted: dict[str, Entry] = {}
