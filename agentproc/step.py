@@ -20,6 +20,7 @@ import msgspec
 
 from agentproc.budgets import usage_data
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolDefinition
+from agentproc.runtime_events import elapsed_ms
 from agentproc.tool_calls import result_message, run_tool_calls
 from agentproc.tracing import current_span, new_span_id
 from goondan.extensions import ErrorDetail, StepResult
@@ -227,7 +228,7 @@ def _step_event(
         {
             "stepId": step_id,
             "stepIndex": ctx.step_index,
-            "duration": round((time.monotonic() - started) * 1000, 3),
+            "duration": elapsed_ms(started),
             **data,
         },
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentproc.messages import Message, ToolCall
+from agentproc.runtime_events import elapsed_ms
 from agentproc.tool_args import ArgumentsError, parse_arguments
 from agentproc.tool_executor import invalid_args, truncate_error_message
 from agentproc.tracing import current_span, new_span_id
@@ -279,7 +280,7 @@ def _tool_event(
         "toolCallId": call.id,
         "toolName": call.name,
         "status": result.status,
-        "duration": round((time.monotonic() - started) * 1000, 3),
+        "duration": elapsed_ms(started),
     }
     if result.handle is not None:
         data["handle"] = result.handle

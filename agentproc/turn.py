@@ -37,7 +37,7 @@ from agentproc.messages import Message, Usage
 from agentproc.middleware import Pipeline
 from agentproc.pending import POLL_TOOL, current_jobs, poll_entry
 from agentproc.providers import Provider
-from agentproc.runtime_events import new_turn_id
+from agentproc.runtime_events import elapsed_ms, new_turn_id
 from agentproc.step import run_step
 from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
 from agentproc.tool_registry import ToolRegistry
@@ -447,11 +447,10 @@ class TurnRun:
         return ctx
 
     def _finished(self, event: str, result: TurnResult, started: float) -> None:
-        duration = round((time.monotonic() - started) * 1000, 3)
         data: dict[str, Any] = {
             "finishReason": result.finish_reason,
             "stepCount": result.steps,
-            "duration": duration,
+            "duration": elapsed_ms(started),
             "tokenUsage": usage_data(result.usage),
         }
         if result.error is not None:

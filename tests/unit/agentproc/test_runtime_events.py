@@ -1,0 +1,43 @@
+"""The ids, timestamps and durations runtime events carry (what `goondan logs` shows and sorts)."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime
+
+from agentproc.runtime_events import elapsed_ms, new_span_id, new_turn_id, now_iso
+
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+
+
+def test_timestamps_are_utc_with_microseconds_and_sort_as_text() -> None:
+    stamps = [now_iso() for _ in range(2000)]
+    assert all(ISO.match(s) for s in stamps), stamps[:3]
+    assert stamps == sorted(stamps)
+    parsed = datetime.strptime(stamps[-1], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    assert abs((datetime.now(UTC) - parsed).total_seconds()) < 5
+
+
+def test_timestamps_keep_leading_zeros_of_the_fraction() -> None:
+    # A fraction under 0.1 s must read .0xxxxx, not lose its zeros (text order = time order).
+    seen = set()
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and not {"0", "9"} <= seen:
+        seen.add(now_iso()[20])
+    assert "0" in seen and "9" in seen
+
+
+def test_span_and_turn_ids_are_fixed_width_hex_and_differ() -> None:
+    spans = {new_span_id() for _ in range(1000)}
+    turns = {new_turn_id() for _ in range(1000)}
+    assert len(spans) == 1000 and len(turns) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{16}", s) for s in spans)
+    assert all(re.fullmatch(r"[0-9a-f]{12}", t) for t in turns)
+
+
+def test_elapsed_ms_counts_milliseconds_to_the_microsecond() -> None:
+    started = time.monotonic() - 0.25
+    value = elapsed_ms(started)
+    assert 250 <= value < 1250
+    assert abs(value * 1000 - round(value * 1000)) < 1e-6  # whole microseconds
