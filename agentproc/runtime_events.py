@@ -55,16 +55,18 @@ def new_turn_id() -> str:
     return random.getrandbits(48).to_bytes(6, "big").hex()
 
 
-_second: list[Any] = [-1, ""]  # the last whole second formatted, and its text
+_second: list[tuple[int, str]] = [(-1, "")]  # the last whole second, and its text
 
 
 def now_iso() -> str:
     """UTC with microseconds, e.g. `2026-11-23T05:29:34.123456Z` (sortable as text)."""
     micros = int(time.time() * 1_000_000)
     whole = micros // 1_000_000
-    if whole != _second[0]:  # strftime once per second, not once per event
-        _second[:] = [whole, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole))]
-    return _second[1] + str(1_000_000 + micros - whole * 1_000_000)[1:] + "Z"
+    second, text = _second[0]
+    if whole != second:  # strftime once per second, not once per event
+        text = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole))
+        _second[0] = (whole, text)
+    return text + str(1_000_000 + micros - whole * 1_000_000)[1:] + "Z"
 
 
 def elapsed_ms(started: float) -> float:
