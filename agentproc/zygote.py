@@ -26,6 +26,8 @@ import uvloop  # noqa: F401
 
 import agentproc.main  # (and, through it, the whole agent runtime)
 import agentproc.providers.scripted  # noqa: F401
+from agentproc.rehearsal import rehearse
+from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 
 try:  # the SDK-based providers are heavy to import; preload them when installed
@@ -130,5 +132,7 @@ def serve() -> int:
 
 if __name__ == "__main__":
     die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
+    configure_logging()  # to stderr: stdout carries the protocol
     warm_up(sys.argv[2] if len(sys.argv) > 2 else None)
+    rehearse()
     raise SystemExit(serve())

@@ -1,0 +1,117 @@
+"""A rehearsal in the template process: a few turns of a scripted agent before the first fork.
+
+CPython 3.11 rewrites a function's bytecode the first times it runs (quickening, then
+specialising each instruction to the types it meets) and gives dicts and types version tags on
+first use. Done in every agent, that is work on each agent's first turns and a write, so a
+private copy, on every page it touches; done once here, the children inherit the result. The
+rehearsal goes through a real AgentProcess on a real ZeroMQ socket (ipc, in a temporary
+directory, removed after), so the same code runs as in an agent's turn. It leaves no event
+loop, thread or ZeroMQ context behind, as the template's forks require. A failure only costs
+the head start: it is reported on stderr and the template goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import uvloop
+import zmq
+
+from agentproc.process import AgentProcess
+from agentproc.providers import make_provider
+from agentproc.tool_registry import ToolRegistry
+from agentproc.turn import AgentDefinition
+from goondan.bundle.model import ModelSpec
+from goondan.paths import StatePaths
+from ipc import messages as wire
+from ipc.endpoints import bind_router, connect_dealer
+
+AGENT = "rehearsal"
+TURNS = 24  # more than the runs CPython needs before it quickens and specialises
+CONVERSATIONS = 3  # a new conversation is its own path (directory, files)
+TIMEOUT_S = 10.0
+
+
+def rehearse(turns: int = TURNS) -> bool:
+    """Run `turns` delegated turns; True when every one was answered."""
+    threads = threading.active_count()
+    try:
+        with tempfile.TemporaryDirectory(prefix="goondan-rehearsal-") as tmp:
+            answered = uvloop.run(_rehearse(Path(tmp), turns))
+    except Exception as exc:  # noqa: BLE001 - never stop the template over a head start
+        print(f"goondan template: rehearsal failed: {exc!r}", file=sys.stderr)
+        return False
+    if threading.active_count() > threads:  # a fork with threads alive would be unsafe
+        raise RuntimeError("the rehearsal left a thread running")
+    return answered == turns
+
+
+async def _rehearse(tmp: Path, turns: int) -> int:
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    endpoint = f"ipc://{tmp / 'r.sock'}"
+    router = bind_router(ctx, endpoint)
+    spec = ModelSpec(provider="scripted", model=AGENT)
+    definition = AgentDefinition(
+        name=AGENT,
+        provider=make_provider(spec, None),
+        registry=ToolRegistry([]),
+        system_prompt="Rehearse.",
+        params={},
+        max_steps=4,
+    )
+    process = AgentProcess(
+        definition,
+        swarm=AGENT,
+        catalog={},
+        paths=StatePaths.at(tmp / "state"),
+        sock=connect_dealer(ctx, endpoint, AGENT),
+    )
+    running = asyncio.get_running_loop().create_task(process.run())
+    try:
+        return await _drive(router, turns)
+    finally:
+        if not running.done():
+            running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        process.channel.close()
+        router.close(linger=0)
+        ctx.term()
+
+
+async def _drive(router: zmq.Socket[bytes], turns: int) -> int:
+    deadline = time.monotonic() + TIMEOUT_S
+    if not await _receive(router, wire.READY, deadline):
+        return 0
+    source = wire.Source("orchestrator", "rehearsal")
+    answered = 0
+    for turn in range(turns):
+        request = wire.Delegate("ping", f"r{turn % CONVERSATIONS}", source)
+        frame = wire.encode(
+            wire.DELEGATE, wire.ORCHESTRATOR, AGENT, request, correlation_id=f"c{turn}"
+        )
+        router.send_multipart([AGENT.encode(), frame])
+        if not await _receive(router, wire.DELEGATE_RESULT, deadline):
+            break
+        answered += 1
+    stop = wire.encode(wire.SHUTDOWN, wire.ORCHESTRATOR, AGENT, wire.Shutdown("rehearsal", 1000))
+    router.send_multipart([AGENT.encode(), stop])
+    await _receive(router, wire.SHUTDOWN_ACK, deadline)
+    return answered
+
+
+async def _receive(router: zmq.Socket[bytes], kind: str, deadline: float) -> bool:
+    """Wait for a frame of `kind` from the agent (others, like heartbeats, are skipped)."""
+    while time.monotonic() < deadline:
+        try:
+            _, frame = router.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            await asyncio.sleep(0.0005)
+            continue
+        if wire.decode(frame).type == kind:
+            return True
+    return False
