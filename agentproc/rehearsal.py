@@ -5,7 +5,8 @@ specialising each instruction to the types it meets) and gives dicts and types v
 first use. Done in every agent, that is work on each agent's first turns and a write, so a
 private copy, on every page it touches; done once here, the children inherit the result. The
 rehearsal goes through a real AgentProcess on a real ZeroMQ socket (ipc, in a temporary
-directory, removed after), so the same code runs as in an agent's turn. It leaves no event
+directory, removed after), so the same code runs as in an agent's turn; every other turn calls
+a tool, so the tool-call path is warm too. It leaves no event
 loop, thread or ZeroMQ context behind, as the template's forks require. A failure only costs
 the head start: it is reported on stderr and the template goes on.
 """
@@ -24,10 +25,11 @@ import zmq
 
 from agentproc.process import AgentProcess
 from agentproc.providers import make_provider
-from agentproc.tool_registry import ToolRegistry
+from agentproc.tool_registry import ToolEntry, ToolRegistry, make_entry
 from agentproc.turn import AgentDefinition
 from goondan.bundle.model import ModelSpec
 from goondan.paths import StatePaths
+from goondan.tools import ToolContext
 from ipc import messages as wire
 from ipc.endpoints import bind_router, connect_dealer
 
@@ -35,6 +37,9 @@ AGENT = "rehearsal"
 TURNS = 24  # more than the runs CPython needs before it quickens and specialises
 CONVERSATIONS = 3  # a new conversation is its own path (directory, files)
 TIMEOUT_S = 10.0
+TOOL = "rehearsal__echo"
+# A turn whose input starts with "tool" calls the tool, then answers with its result.
+SCRIPT = {"rules": [{"when": "^tool", "steps": [{"call": TOOL, "args": {"text": "{{input}}"}}]}]}
 
 
 def rehearse(turns: int = TURNS) -> bool:
@@ -55,11 +60,11 @@ async def _rehearse(tmp: Path, turns: int) -> int:
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     endpoint = f"ipc://{tmp / 'r.sock'}"
     router = bind_router(ctx, endpoint)
-    spec = ModelSpec(provider="scripted", model=AGENT)
+    spec = ModelSpec(provider="scripted", model=AGENT, options=SCRIPT)
     definition = AgentDefinition(
         name=AGENT,
         provider=make_provider(spec, None),
-        registry=ToolRegistry([]),
+        registry=ToolRegistry([_echo_tool()]),
         system_prompt="Rehearse.",
         params={},
         max_steps=4,
@@ -90,7 +95,8 @@ async def _drive(router: zmq.Socket[bytes], turns: int) -> int:
     source = wire.Source("orchestrator", "rehearsal")
     answered = 0
     for turn in range(turns):
-        request = wire.Delegate("ping", f"r{turn % CONVERSATIONS}", source)
+        text = "tool ping" if turn % 2 else "ping"
+        request = wire.Delegate(text, f"r{turn % CONVERSATIONS}", source)
         frame = wire.encode(
             wire.DELEGATE, wire.ORCHESTRATOR, AGENT, request, correlation_id=f"c{turn}"
         )
@@ -102,6 +108,19 @@ async def _drive(router: zmq.Socket[bytes], turns: int) -> int:
     router.send_multipart([AGENT.encode(), stop])
     await _receive(router, wire.SHUTDOWN_ACK, deadline)
     return answered
+
+
+def _echo_tool() -> ToolEntry:
+    async def echo(ctx: ToolContext, args: dict[str, str]) -> dict[str, str]:
+        return {"text": args["text"]}  # async: a sync tool would start a worker thread
+
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["text"],
+        "properties": {"text": {"type": "string"}},
+    }
+    return make_entry(TOOL, "Echoes its text.", schema, echo)
 
 
 async def _receive(router: zmq.Socket[bytes], kind: str, deadline: float) -> bool:
