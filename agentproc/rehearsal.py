@@ -6,9 +6,9 @@ first use. Done in every agent, that is work on each agent's first turns and a w
 private copy, on every page it touches; done once here, the children inherit the result. The
 rehearsal goes through a real AgentProcess on a real ZeroMQ socket (ipc, in a temporary
 directory, removed after), so the same code runs as in an agent's turn; every other turn calls
-a tool, so the tool-call path is warm too. It leaves no event
-loop, thread or ZeroMQ context behind, as the template's forks require. A failure only costs
-the head start: it is reported on stderr and the template goes on.
+a tool, so the tool-call path is warm too. It leaves no event loop, thread or ZeroMQ context
+behind, as the template's forks require. A failure only costs the head start: it is reported on
+stderr and the template goes on.
 """
 
 from __future__ import annotations
@@ -53,6 +53,8 @@ def rehearse(turns: int = TURNS) -> bool:
         return False
     if threading.active_count() > threads:  # a fork with threads alive would be unsafe
         raise RuntimeError("the rehearsal left a thread running")
+    if answered != turns:
+        print(f"goondan template: rehearsal answered {answered} of {turns} turns", file=sys.stderr)
     return answered == turns
 
 
