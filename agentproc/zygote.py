@@ -98,7 +98,6 @@ def serve() -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd sees it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's business
     gc.collect()
     gc.freeze()  # keep the shared pages clean: gc passes would otherwise dirty them
     _write(stdout, {"ready": os.getpid()})
@@ -132,6 +131,7 @@ def serve() -> int:
 
 if __name__ == "__main__":
     die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's business
     configure_logging()  # to stderr: stdout carries the protocol
     warm_up(sys.argv[2] if len(sys.argv) > 2 else None)
     rehearse()
