@@ -6,6 +6,8 @@ import re
 import time
 from datetime import UTC, datetime
 
+import pytest
+
 from agentproc.runtime_events import elapsed_ms, new_span_id, new_turn_id, now_iso
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -19,13 +21,16 @@ def test_timestamps_are_utc_with_microseconds_and_sort_as_text() -> None:
     assert abs((datetime.now(UTC) - parsed).total_seconds()) < 5
 
 
-def test_timestamps_keep_leading_zeros_of_the_fraction() -> None:
-    # A fraction under 0.1 s must read .0xxxxx, not lose its zeros (text order = time order).
-    seen = set()
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and not {"0", "9"} <= seen:
-        seen.add(now_iso()[20])
-    assert "0" in seen and "9" in seen
+def test_timestamps_keep_leading_zeros_of_the_fraction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A fraction under 0.1 s must read .0xxxxx, not lose its zeros (text order = time order);
+    # the formatted second is cached, so the next second must be formatted anew.
+    clock = iter([1795412974.012345, 1795412974.999999, 1795412975.000001])
+    monkeypatch.setattr(time, "time", lambda: next(clock))
+    assert [now_iso() for _ in range(3)] == [
+        "2026-11-23T05:49:34.012345Z",
+        "2026-11-23T05:49:34.999999Z",
+        "2026-11-23T05:49:35.000001Z",
+    ]
 
 
 def test_span_and_turn_ids_are_fixed_width_hex_and_differ() -> None:
