@@ -78,3 +78,33 @@ async def test_a_full_peer_queue_waits_in_the_outbox_then_drains(directory):
         router.close()
         dealer.close()
         ctx.term()
+
+
+async def test_a_message_of_several_parts_arrives_whole_and_alone(directory):
+    endpoint = f"ipc://{directory}/c.sock"
+    ctx = zmq.Context()
+    router_got: list[list[bytes]] = []
+    dealer_got: list[list[bytes]] = []
+    router = Channel(bind_router(ctx, endpoint), router_got.append)
+    dealer = Channel(connect_dealer(ctx, endpoint, "peer"), dealer_got.append)
+    router.start()
+    dealer.start()
+    try:
+        dealer.send([b"a", b"b", b"c"])
+        dealer.send([b"single"])
+        for _ in range(200):
+            if len(router_got) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert router_got == [[b"peer", b"a", b"b", b"c"], [b"peer", b"single"]]
+        router.send([b"peer", b"x", b"y"])  # a ROUTER's reply: identity, then two parts
+        router.send([b"peer", b"z"])
+        for _ in range(200):
+            if len(dealer_got) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert dealer_got == [[b"x", b"y"], [b"z"]]
+    finally:
+        router.close()
+        dealer.close()
+        ctx.term()
