@@ -12,7 +12,6 @@ its rules are tested directly.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import secrets
 from collections import deque
@@ -23,6 +22,7 @@ import msgspec
 import structlog
 
 from ipc import messages as wire
+from orchestrator.timeouts import Timeouts
 
 Channel = Literal["agent", "control", "local", "replay", "connector"]
 DEFAULT_TIMEOUT_MS = 60_000
@@ -51,7 +51,7 @@ class Pending:
         "frame",
         "deliveries",
         "delivered",
-        "timer",
+        "timeout_ms",
         "trace_id",
     )
 
@@ -64,7 +64,7 @@ class Pending:
         self.frame = frame
         self.deliveries = 0
         self.delivered = False  # handed to a running process (not waiting in the inbox)
-        self.timer: asyncio.TimerHandle | None = None
+        self.timeout_ms = DEFAULT_TIMEOUT_MS
         self.trace_id = trace_id
 
 
@@ -87,6 +87,7 @@ class Router:
         self._boot = secrets.token_hex(3)
         self._ids = itertools.count(1)
         self.pending: dict[str, Pending] = {}
+        self._timeouts = Timeouts(self._is_open, self._expire)
         self._by_target: dict[str, dict[str, None]] = {name: {} for name in agents}
         self._ready: set[str] = set()
         # Frames waiting for the agent's process, with the request they belong to (if any).
@@ -133,10 +134,8 @@ class Router:
         oid = request_id or f"{self._boot}-{next(self._ids)}"
         forwarded = msgspec.structs.replace(env, to=target, correlation_id=oid)
         pending = Pending(oid, requester, target, wire.encode_envelope(forwarded), env.trace_id)
-        timeout_ms = routing.timeout_ms or DEFAULT_TIMEOUT_MS
-        pending.timer = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._expire, oid, timeout_ms
-        )
+        pending.timeout_ms = routing.timeout_ms or DEFAULT_TIMEOUT_MS
+        self._timeouts.add(pending, pending.timeout_ms / 1000, len(self.pending))
         self.pending[oid] = pending
         self._by_target[target][oid] = None
         pending.deliveries = 1
@@ -251,23 +250,23 @@ class Router:
         if pending is None:
             return None
         self._by_target[pending.target].pop(oid, None)
-        if pending.timer is not None:
-            pending.timer.cancel()
         if self._on_settled is not None:
             self._on_settled(pending)
         return pending
 
-    def _expire(self, oid: str, timeout_ms: int) -> None:
-        pending = self._finish(oid)
-        if pending is None:
-            return
+    def _is_open(self, pending: Pending) -> bool:
+        # By identity: a request id reused after a restart is another request.
+        return self.pending.get(pending.oid) is pending
+
+    def _expire(self, pending: Pending) -> None:
+        self._finish(pending.oid)
         # If it still waits in the inbox, `agent_ready` skips it; if delivered, the late
         # answer is dropped.
         self._answer_error(
             pending.requester,
             pending.target,
             "AGENT_REQUEST_TIMEOUT",
-            f"Agent request to '{pending.target}' timed out after {timeout_ms}ms",
+            f"Agent request to '{pending.target}' timed out after {pending.timeout_ms}ms",
             pending.trace_id,
         )
 

@@ -99,6 +99,35 @@ async def test_timeout_answers_once_and_drops_the_late_reply(setup):
     assert len(outbox.answers) == 1
 
 
+async def test_each_request_times_out_on_its_own_timeout(setup):
+    router, outbox, _ = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    router.delegate(Requester("agent", b"a", "long"), delegate("b", timeout_ms=5_000, cid="long"))
+    router.delegate(Requester("agent", b"a", "short"), delegate("b", timeout_ms=20, cid="short"))
+    router.delegate(Requester("agent", b"a", "done"), delegate("b", timeout_ms=10, cid="done"))
+    router.result(reply_to(outbox.to_agents[2][1], "answered in time"))
+    await asyncio.sleep(0.08)
+    answered = [(requester.correlation_id, env) for requester, env in outbox.answers]
+    assert [cid for cid, _ in answered] == ["done", "short"]
+    short = wire.decode_payload(answered[1][1], wire.DelegateResult)
+    assert short.error.code == "AGENT_REQUEST_TIMEOUT"
+    assert list(router.pending.values())[0].requester.correlation_id == "long"
+
+
+async def test_a_reused_request_id_is_not_timed_out_by_the_request_before(setup):
+    router, outbox, _ = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    requester = Requester("replay", b"journal", None)
+    router.delegate(requester, delegate("b", timeout_ms=20), "old-7")
+    router.result(reply_to(outbox.to_agents[0][1], "first"))
+    router.delegate(requester, delegate("b", timeout_ms=5_000), "old-7")  # replayed again
+    await asyncio.sleep(0.06)
+    assert len(outbox.answers) == 1  # the first answer only: the second request is still open
+    assert "old-7" in router.pending
+
+
 async def test_crash_redelivers_once_then_fails_with_agent_crashed(setup):
     router, outbox, started = setup
     outbox.running.add("b")
