@@ -1,12 +1,13 @@
-"""Turn deadlines: one loop timer for all of an agent's running turns.
+"""Deadlines of turns and tool calls: one loop timer for all of an agent's running ones.
 
-A timer per turn (what `asyncio.timeout` does) costs a loop timer armed and torn down for every
-turn, although nearly every turn ends long before its deadline. Here a turn's deadline is an
-entry in a list ordered by deadline, and one timer waits for the earliest: since every turn of
-an agent has the same time budget, a new deadline is the latest, and starting or ending a turn
-touches no timer at all. When the timer fires it cancels the turns that are past their
-deadline (marking them `expired`, so the turn can tell its own deadline from someone else's
-cancel) and waits for the next.
+A timer per turn or call (what `asyncio.timeout` does) costs a loop timer armed and torn down
+each time, although nearly every turn and call ends long before its deadline. Here a deadline is
+an entry in a list ordered by deadline, and one timer waits for the earliest: since every turn
+of an agent has the same time budget (and most calls the same tool's limit), a new deadline is
+usually the latest, and starting or ending one touches no timer at all. When the timer fires it
+cancels the tasks that are past their deadline (marking them `expired`, so the task can tell
+its own deadline from someone else's cancel) and waits for the next. The agent keeps one
+`Deadlines` for its turns and its `ToolExecutor` one for tool calls.
 """
 
 from __future__ import annotations

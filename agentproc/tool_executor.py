@@ -17,6 +17,7 @@ from typing import Any
 import fastjsonschema
 import msgspec
 
+from agentproc.deadlines import Deadlines
 from agentproc.messages import ToolCall
 from agentproc.tool_args import ArgumentsError, parse_arguments, problems, summarize
 from agentproc.tool_registry import ToolEntry, ToolRegistry
@@ -57,6 +58,9 @@ class ToolExecutor:
         self._pool: ThreadPoolExecutor | None = None
         self._threads = threads
         self._locks: dict[str, asyncio.Lock] = {}  # one per sequential tool, process-wide
+        # Timeouts of the calls running now: one watchdog timer, not `asyncio.timeout`'s
+        # timer and context objects per call (a third of a trivial call's cost).
+        self._deadlines = Deadlines()
 
     def close(self) -> None:
         if self._pool is not None:
@@ -134,7 +138,12 @@ class ToolExecutor:
     async def _run(
         self, entry: ToolEntry, args: dict[str, Any], ctx: ToolContext, timeout_ms: int
     ) -> Any:
-        async with asyncio.timeout(timeout_ms / 1000):
+        """The handler's output; TimeoutError past `timeout_ms`."""
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        watched = self._deadlines.watch(task, time.monotonic() + timeout_ms / 1000)
+        try:
             if entry.is_async:
                 return await entry.handler(ctx, args)
             # Sync handlers run off the loop so a slow one never blocks other instances. The
@@ -145,6 +154,12 @@ class ToolExecutor:
             call = contextvars.copy_context().run
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._pool, call, entry.handler, ctx, args)
+        except asyncio.CancelledError:
+            if watched.expired and task.uncancel() <= cancelling:
+                raise TimeoutError from None  # our deadline, and nobody else cancelled
+            raise
+        finally:
+            self._deadlines.end(watched)
 
 
 def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) -> ToolResult:

@@ -265,6 +265,26 @@ async def test_async_handler_timeout():
     assert asyncio.get_running_loop().time() - started < 2
 
 
+async def test_each_call_times_out_on_its_own_limit_and_an_outside_cancel_stays_a_cancel():
+    async def slow(ctx, args):
+        await asyncio.sleep(args["x"] / 1000)
+        return "done"
+
+    registry = ToolRegistry(
+        [make("m__short", slow, timeout_ms=30), make("m__long", slow, timeout_ms=2_000)]
+    )
+    executor = ToolExecutor(registry)
+    short, long = await asyncio.gather(
+        invoke(executor, "m__short", {"x": 5_000}), invoke(executor, "m__long", {"x": 100})
+    )
+    assert short.error.code == "E_TOOL_TIMEOUT" and long.output == "done"
+    cancelled = asyncio.ensure_future(invoke(executor, "m__long", {"x": 5_000}))
+    await asyncio.sleep(0.02)
+    cancelled.cancel()  # the turn was stopped: not the tool's timeout
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+
+
 async def test_sync_handler_timeout_uses_the_agent_default():
     import time as _time
 
