@@ -132,7 +132,7 @@ def _check_tools(agent: Resource, definition: AgentDefinition) -> None:
         )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def _make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agentproc")
     parser.add_argument("--agent", required=True)
     parser.add_argument("--bundle", required=True)
@@ -140,7 +140,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--state-root", required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
-    return parser.parse_args(argv)
+    return parser
+
+
+# Built at import, so agents forked from the template inherit it: building one (its help
+# texts go through gettext) is milliseconds of every agent's start.
+_PARSER = _make_parser()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return _PARSER.parse_args(argv)
 
 
 async def _serve(args: argparse.Namespace) -> int:

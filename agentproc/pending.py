@@ -15,6 +15,7 @@ process stopped is answered with `E_TOOL_INTERRUPTED`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import json
 import os
@@ -255,8 +256,11 @@ def delivered_handles(messages: list[Message]) -> set[str]:
 current_jobs: ContextVar[PendingJobs | None] = ContextVar("goondan_pending_jobs", default=None)
 
 
+@functools.cache
 def poll_entry() -> ToolEntry:
-    """The runtime tool `tool-jobs__poll`, offered while the instance has open jobs."""
+    """The runtime tool `tool-jobs__poll`, offered while the instance has open jobs. Made once
+    per process (agents inherit the template's): compiling its argument validator is
+    milliseconds of an agent's start."""
 
     def poll(ctx: ToolContext, args: dict[str, Any]) -> Any:
         jobs = current_jobs.get()  # the turn's instance (the context follows into the thread)
