@@ -74,7 +74,7 @@ class AgentProcess:
         self.name = definition.name
         self.swarm = swarm
         self.catalog = catalog
-        self.paths = paths
+        self._dirs = paths.swarm(swarm)
         self.channel = Channel(sock, self.on_frames)
         self.log = structlog.get_logger().bind(agent=self.name)
         self.peers = PeerClient(self.name, self._send)
@@ -164,7 +164,7 @@ class AgentProcess:
         instance = self._instances.pop(key, None)
         if instance is not None:
             instance.close(save=False)
-        directory = self.paths.conversation_dir(self.swarm, key, self.name)
+        directory = self._dirs.conversation_dir(key, self.name)
         existed = directory.exists()
         shutil.rmtree(directory, ignore_errors=True)
         self.log.info("instance deleted", instanceKey=key)
@@ -176,11 +176,11 @@ class AgentProcess:
     def _instance(self, key: str) -> Instance:
         instance = self._instances.get(key)
         if instance is None:
-            directory = self.paths.conversation_dir(self.swarm, key, self.name)
+            directory = self._dirs.conversation_dir(key, self.name)
             instance = self._instances[key] = Instance(
                 key,
                 directory,
-                workdir=self.paths.workdir(self.swarm, key),
+                workdir=self._dirs.workdir(key),
                 fsync_events=self.durability == "fsync",
             ).load()
         return instance

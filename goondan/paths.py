@@ -62,11 +62,15 @@ class StatePaths(msgspec.Struct, frozen=True):
     def swarm_dir(self, swarm: str) -> Path:
         return self.root / "swarms" / slug(swarm)
 
+    def swarm(self, swarm: str) -> SwarmPaths:
+        directory = self.swarm_dir(swarm)
+        return SwarmPaths(directory / "instances", directory / "workspaces")
+
     def instance_dir(self, swarm: str, instance_key: str) -> Path:
-        return self.swarm_dir(swarm) / "instances" / slug(instance_key)
+        return self.swarm(swarm).instance_dir(instance_key)
 
     def conversation_dir(self, swarm: str, instance_key: str, agent: str) -> Path:
-        return self.instance_dir(swarm, instance_key) / slug(agent)
+        return self.swarm(swarm).conversation_dir(instance_key, agent)
 
     def stored_swarms(self, instance_key: str) -> list[str]:
         """The swarms (directory names) that hold a stored instance `instance_key`."""
@@ -84,4 +88,21 @@ class StatePaths(msgspec.Struct, frozen=True):
         return existed
 
     def workdir(self, swarm: str, instance_key: str) -> Path:
-        return self.swarm_dir(swarm) / "workspaces" / slug(instance_key)
+        return self.swarm(swarm).workdir(instance_key)
+
+
+class SwarmPaths(msgspec.Struct, frozen=True):
+    """One swarm's directories. An agent keeps its swarm's: it makes paths under them for
+    every new conversation, and each `/` re-parses (microseconds on a cold cache)."""
+
+    instances: Path
+    workspaces: Path
+
+    def instance_dir(self, instance_key: str) -> Path:
+        return self.instances / slug(instance_key)
+
+    def conversation_dir(self, instance_key: str, agent: str) -> Path:
+        return self.instances.joinpath(slug(instance_key), slug(agent))
+
+    def workdir(self, instance_key: str) -> Path:
+        return self.workspaces / slug(instance_key)
