@@ -37,6 +37,7 @@ GOALS = {
     "dispatch": "overhead <= 20 us",
     "scale": "0 lost, p99 <= 50 ms",
 }
+SLOW_FILE_CREATE_US = 150.0
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 
 
@@ -77,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     info = machine()
     log(f"machine: {info['nproc']} vCPU {info['cpu']}, Python {info['python']}")
+    if info["fileCreateUs"] > SLOW_FILE_CREATE_US:
+        log(
+            f"creating a file costs {info['fileCreateUs']:.0f} us of CPU here (usually "
+            "20-60): the file system is still paying for files deleted in the last minutes "
+            "(ext4 without a journal); the scale figure will be slower for it"
+        )
     rows: list[Row] = []
     timings: dict[str, float] = {}
     load: dict[str, float] = {}

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.procs import file_create_us
+
 
 def percentile(samples: Sequence[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..100) of unsorted samples; NaN when empty."""
@@ -163,6 +165,7 @@ def machine() -> dict[str, Any]:
         "msgspec": msgspec.__version__,
         "uvloop": getattr(uvloop, "__version__", "?"),
         "loadavgStart": os.getloadavg()[0],
+        "fileCreateUs": round(file_create_us(), 1),
     }
 
 
@@ -171,7 +174,8 @@ def describe_machine(info: dict[str, Any]) -> str:
         f"{info['date']}; {info['nproc']} vCPU {info['cpu']}, {info['memGiB']} GiB, "
         f"kernel {info['kernel']}; Python {info['python']}, pyzmq {info['pyzmq']} "
         f"(libzmq {info['libzmq']}), msgspec {info['msgspec']}, uvloop {info['uvloop']}; "
-        f"load average {info['loadavgStart']:.2f} at start, {info.get('loadavgEnd', 0):.2f} at end"
+        f"load average {info['loadavgStart']:.2f} at start, "
+        f"{info.get('loadavgEnd', 0):.2f} at end; a new file {info['fileCreateUs']:.0f} us of CPU"
     )
 
 

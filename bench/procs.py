@@ -41,6 +41,22 @@ def short_tmpdir() -> Iterator[Path]:
     yield path
 
 
+def file_create_us(count: int = 60) -> float:
+    """CPU time (user + system) to create one directory or empty file where the figures keep
+    their state: the inode allocator of ext4 without a journal skips every inode freed in the
+    last minutes at a cost each, so after many deletions (a test run) creating a conversation
+    costs ten times its usual, and the figures that create conversations (scale) are slower
+    for it. Reported beside the machine, so such a run is recognised."""
+    with short_tmpdir() as tmp:
+        started = time.process_time()
+        for i in range(count // 3):
+            directory = tmp / f"c{i}"
+            directory.mkdir()
+            (directory / "events.jsonl").touch()
+            (directory / "runtime-events.jsonl").touch()
+        return (time.process_time() - started) / count * 1e6
+
+
 class Procs:
     """Every process a figure starts, each in its own session; `close()` SIGKILLs the groups.
 
