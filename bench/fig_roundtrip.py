@@ -49,12 +49,7 @@ def run(quick: bool) -> list[Row]:
             bb_result = product.result_payload("bb", "ping", "rt-0")
             baselines.start_agents(procs, daemon.agents_endpoint, ["bb"], bb_result, "--product")
             with (
-                Driver(
-                    daemon.agents_endpoint,
-                    "driver",
-                    hello=product.ready_frame("driver"),
-                    heartbeat=product.heartbeat_frame("driver"),
-                ) as p_drv,
+                daemon.driver() as p_drv,
                 Driver(endpoint, "driver") as b_drv,
             ):
                 if not daemon.wait_status(["driver", "bb"], {"idle", "processing"}, 10):

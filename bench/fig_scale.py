@@ -85,56 +85,40 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
 
 
 def _product(names: list[str], waves: int) -> dict[str, Any]:
-    with short_tmpdir() as tmp, Procs() as procs:
-        daemon = product.Daemon(procs, tmp / "p", ["driver", *names], entry=names[0])
-        try:
-            daemon.start()
-            with Driver(
-                daemon.agents_endpoint,
-                "driver",
-                hello=product.ready_frame("driver"),
-                heartbeat=product.heartbeat_frame("driver"),
-            ) as drv:
-                if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
-                    raise RuntimeError("the orchestrator did not take the driver's `ready`")
-                log(f"scale: product: starting {len(names)} agents")
-                started = time.monotonic()
-                # in the conversations the first wave goes on with
-                first = drv.wave(_payloads(names, 0, timeout_ms=180_000), timeout_s=185)
-                startup = {
-                    "seconds": time.monotonic() - started,
-                    "answered": first.ok,
-                    "errors": first.errors,
-                    "lost": first.lost,
-                }
-                if first.ok != len(names):
-                    log(f"scale: product: only {first.ok}/{len(names)} agents answered")
-                result = _waves(drv, names, waves, "product")
-                result["startup"] = startup
-        finally:
-            daemon.stop(timeout_s=60)
+    with (
+        short_tmpdir() as tmp,
+        Procs() as procs,
+        product.driven_daemon(procs, tmp / "p", ["driver", *names], names[0], 60) as (_, drv),
+    ):
+        log(f"scale: product: starting {len(names)} agents")
+        started = time.monotonic()
+        # in the conversations the first wave goes on with
+        first = drv.wave(_payloads(names, 0, timeout_ms=180_000), timeout_s=185)
+        startup = {
+            "seconds": time.monotonic() - started,
+            "answered": first.ok,
+            "errors": first.errors,
+            "lost": first.lost,
+        }
+        if first.ok != len(names):
+            log(f"scale: product: only {first.ok}/{len(names)} agents answered")
+        result = _waves(drv, names, waves, "product")
+        result["startup"] = startup
     return result
 
 
 def _orchestrator_only(names: list[str], waves: int) -> dict[str, Any]:
-    with short_tmpdir() as tmp, Procs() as procs:
-        daemon = product.Daemon(procs, tmp / "p", ["driver", *names], entry=names[0])
-        try:
-            daemon.start()
-            log(f"scale: real orchestrator: starting {len(names)} bare agents")
-            reply = product.result_payload("w", "ping", "k0")
-            baselines.start_agents(procs, daemon.agents_endpoint, names, reply, "--product")
-            with Driver(
-                daemon.agents_endpoint,
-                "driver",
-                hello=product.ready_frame("driver"),
-                heartbeat=product.heartbeat_frame("driver"),
-            ) as drv:
-                if not daemon.wait_status(["driver", *names], {"idle", "processing"}, 60):
-                    raise RuntimeError("the orchestrator did not take every bare agent's `ready`")
-                return _waves(drv, names, waves, "real orchestrator + bare agents")
-        finally:
-            daemon.stop(timeout_s=60)
+    with (
+        short_tmpdir() as tmp,
+        Procs() as procs,
+        product.driven_daemon(procs, tmp / "p", ["driver", *names], names[0], 60) as (daemon, drv),
+    ):
+        log(f"scale: real orchestrator: starting {len(names)} bare agents")
+        reply = product.result_payload("w", "ping", "k0")
+        baselines.start_agents(procs, daemon.agents_endpoint, names, reply, "--product")
+        if not daemon.wait_status(names, {"idle", "processing"}, 60):
+            raise RuntimeError("the orchestrator did not take every bare agent's `ready`")
+        return _waves(drv, names, waves, "real orchestrator + bare agents")
 
 
 def _bare(names: list[str], waves: int) -> dict[str, Any]:

@@ -93,6 +93,13 @@ class Daemon:
             time.sleep(0.02)
         raise RuntimeError(f"goondan run did not come up in {timeout_s:g}s: {self.log_tail()}")
 
+    def driver(self, name: str = "driver") -> Driver:
+        """A requester on `agents.sock` as the swarm agent `name`: it says `ready` first, so
+        the orchestrator routes to it like to any agent, and heartbeats while it waits."""
+        return Driver(
+            self.agents_endpoint, name, hello=ready_frame(name), heartbeat=heartbeat_frame(name)
+        )
+
     def _client(self) -> Any:
         from goondan.cli.client import ControlClient
         from goondan.paths import StatePaths
@@ -217,21 +224,16 @@ def heartbeat_frame(name: str) -> bytes:
 
 @contextlib.contextmanager
 def driven_daemon(
-    procs: Procs, workdir: Path, agents: list[str], entry: str
+    procs: Procs, workdir: Path, agents: list[str], entry: str, stop_timeout_s: float = 20.0
 ) -> Iterator[tuple[Daemon, Driver]]:
     """A started daemon whose swarm lists `driver`, with the bench connected as that agent
     (it says `ready`, so the orchestrator routes to it and never tries to start it)."""
     daemon = Daemon(procs, workdir, agents, entry=entry)
     try:
         daemon.start()
-        with Driver(
-            daemon.agents_endpoint,
-            "driver",
-            hello=ready_frame("driver"),
-            heartbeat=heartbeat_frame("driver"),
-        ) as drv:
+        with daemon.driver() as drv:
             if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
                 raise RuntimeError("the orchestrator did not take the driver's `ready`")
             yield daemon, drv
     finally:
-        daemon.stop()
+        daemon.stop(timeout_s=stop_timeout_s)
