@@ -1,7 +1,7 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: run the figures, print the
 table (stdout), write `bench/results.json`. Progress goes to stderr.
 
-Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale.
+Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ FIGURES = {
     "crash": "bench.fig_crash",
     "dispatch": "bench.fig_dispatch",
     "scale": "bench.fig_scale",
+    "touch": "bench.fig_touch",
 }
 GOALS = {
     "roundtrip": "<= 2x bare",
@@ -36,6 +37,7 @@ GOALS = {
     "crash": "<= 50 ms",
     "dispatch": "overhead <= 20 us",
     "scale": "0 lost, p99 <= 50 ms",
+    "touch": "(diagnostic)",
 }
 SLOW_FILE_CREATE_US = 150.0
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
