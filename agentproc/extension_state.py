@@ -1,8 +1,6 @@
 """Extension state: one JSON object per extension and instance, saved at turn end.
 
-    <instance dir>/<agent>/extensions/<extension>.json
-
-(`ExtensionStateStore(<instance dir>/<agent>)`)
+    <instance dir>/<agent>/extensions/<extension>.json   (the store is given <instance dir>/<agent>)
 
 Read lazily on first `api.state.get()`, written (atomically) at the end of each turn and at
 shutdown, and only for extensions whose state was set. The turn makes its instance's store

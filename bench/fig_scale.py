@@ -19,7 +19,9 @@ apart, as in figure 1.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from bench import baselines, product
@@ -84,12 +86,19 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
     }
 
 
-def _product(names: list[str], waves: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def _daemon(names: list[str]) -> Iterator[tuple[Procs, product.Daemon, Driver]]:
+    """A daemon whose swarm lists `names` and the bench's `driver`, connected as that agent."""
     with (
         short_tmpdir() as tmp,
         Procs() as procs,
-        product.driven_daemon(procs, tmp / "p", ["driver", *names], names[0], 60) as (_, drv),
+        product.driven_daemon(procs, tmp / "p", ["driver", *names], names[0], 60) as (d, drv),
     ):
+        yield procs, d, drv
+
+
+def _product(names: list[str], waves: int) -> dict[str, Any]:
+    with _daemon(names) as (_, _, drv):
         log(f"scale: product: starting {len(names)} agents")
         started = time.monotonic()
         # in the conversations the first wave goes on with
@@ -108,11 +117,7 @@ def _product(names: list[str], waves: int) -> dict[str, Any]:
 
 
 def _orchestrator_only(names: list[str], waves: int) -> dict[str, Any]:
-    with (
-        short_tmpdir() as tmp,
-        Procs() as procs,
-        product.driven_daemon(procs, tmp / "p", ["driver", *names], names[0], 60) as (daemon, drv),
-    ):
+    with _daemon(names) as (procs, daemon, drv):
         log(f"scale: real orchestrator: starting {len(names)} bare agents")
         reply = product.result_payload("w", "ping", "k0")
         baselines.start_agents(procs, daemon.agents_endpoint, names, reply, "--product")
