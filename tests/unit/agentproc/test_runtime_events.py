@@ -1,14 +1,27 @@
-"""The ids, timestamps and durations runtime events carry (what `goondan logs` shows and sorts)."""
+"""The ids, timestamps and durations runtime events carry (what `goondan logs` shows and sorts),
+and when the batched events reach `runtime-events.jsonl`."""
 
 from __future__ import annotations
 
+import asyncio
+import random
 import re
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
-from agentproc.runtime_events import elapsed_ms, new_span_id, new_turn_id, now_iso
+from agentproc import runtime_events
+from agentproc.runtime_events import (
+    EVENTS_FILE,
+    RuntimeEvent,
+    RuntimeEventLog,
+    elapsed_ms,
+    new_span_id,
+    new_turn_id,
+    now_iso,
+)
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -46,3 +59,58 @@ def test_elapsed_ms_counts_milliseconds_to_the_microsecond() -> None:
     value = elapsed_ms(started)
     assert 250 <= value < 1250
     assert abs(value * 1000 - round(value * 1000)) < 1e-6  # whole microseconds
+
+
+def _event(kind: str) -> RuntimeEvent:
+    return RuntimeEvent(kind, now_iso(), "a", "k", "t" * 32, new_span_id())
+
+
+def _written(directory: Path) -> list[str]:
+    path = directory / EVENTS_FILE
+    if not path.exists():
+        return []
+    decode = runtime_events.event_decoder.decode
+    return [decode(line).type for line in path.read_bytes().splitlines()]
+
+
+@pytest.fixture
+def batch_due_after_100ms(monkeypatch: pytest.MonkeyPatch) -> None:
+    # due half of FLUSH_AFTER_S after the first event; the quiet-instance timer a whole later
+    monkeypatch.setattr(runtime_events, "FLUSH_AFTER_S", 0.2)
+    monkeypatch.setattr(random, "uniform", lambda low, high: low)
+
+
+@pytest.mark.usefixtures("batch_due_after_100ms")
+async def test_a_busy_instance_writes_its_batch_when_a_turn_ends_after_it_is_due(
+    tmp_path: Path,
+) -> None:
+    log = RuntimeEventLog(tmp_path)
+    log.emit(_event("turn.started"))
+    log.emit(_event("turn.completed"))
+    assert _written(tmp_path) == []  # held: not due yet
+    await asyncio.sleep(0.15)  # due at 0.1 s; the timer would write at 0.3 s
+    log.emit(_event("turn.started"))
+    assert _written(tmp_path) == []  # only the end of a turn writes a due batch
+    log.emit(_event("turn.completed"))
+    assert _written(tmp_path) == ["turn.started", "turn.completed"] * 2
+    log.close()
+
+
+@pytest.mark.usefixtures("batch_due_after_100ms")
+async def test_a_quiet_instance_has_its_batch_written_by_the_timer(tmp_path: Path) -> None:
+    log = RuntimeEventLog(tmp_path)
+    log.emit(_event("turn.started"))
+    log.emit(_event("turn.completed"))
+    for _ in range(100):  # the timer is due at 0.3 s
+        await asyncio.sleep(0.05)
+        if _written(tmp_path):
+            break
+    assert _written(tmp_path) == ["turn.started", "turn.completed"]
+    log.close()
+
+
+def test_events_without_an_event_loop_are_written_at_once(tmp_path: Path) -> None:
+    log = RuntimeEventLog(tmp_path)
+    log.emit(_event("turn.started"))
+    assert _written(tmp_path) == ["turn.started"]
+    log.close()
