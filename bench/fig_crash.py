@@ -22,7 +22,7 @@ from typing import Any
 
 from bench import baselines, product
 from bench.harness import Row, log, percentile, summary
-from bench.procs import Procs, pidfd, short_tmpdir, wait_pidfd
+from bench.procs import pidfd, wait_pidfd
 
 NAME = "crash"
 GOAL_MS = 50.0
@@ -48,32 +48,31 @@ def _product(cycles: int) -> dict[str, Any]:
     killed_ms: list[float] = []
     attempts: list[int] = []
     codes: dict[str, int] = {}
-    with short_tmpdir() as tmp, Procs() as procs:
-        with product.driven_daemon(procs, tmp / "p", ["b", "driver"], entry="b") as (daemon, drv):
-            payload = product.delegate_payload("ping", "crash", "driver")
-            if not drv.ask("b", payload, timeout_s=30).ok:
-                raise RuntimeError("B did not answer")
-            for cycle in range(cycles):
-                time.sleep(0.3)
-                drv.beat()
-                pid = daemon.agent_pids().get("b")
-                if pid is None:
-                    raise RuntimeError("B has no pid in `status`")
-                killed, gone = _kill(pid)
-                tries = 0
-                while True:
-                    tries += 1
-                    reply = drv.ask("b", payload, timeout_s=10)
-                    answered = time.monotonic()
-                    if reply.ok:
-                        break
-                    codes[reply.code] = codes.get(reply.code, 0) + 1
-                    if answered - gone > 10:
-                        raise RuntimeError("B did not answer within 10 s of the crash")
-                noticed_ms.append((answered - gone) * 1000)
-                killed_ms.append((answered - killed) * 1000)
-                attempts.append(tries)
-                log(f"crash: cycle {cycle + 1}/{cycles}: {noticed_ms[-1]:.1f} ms")
+    with product.driven_run(["b", "driver"], entry="b") as (_, daemon, drv):
+        payload = product.delegate_payload("ping", "crash", "driver")
+        if not drv.ask("b", payload, timeout_s=30).ok:
+            raise RuntimeError("B did not answer")
+        for cycle in range(cycles):
+            time.sleep(0.3)
+            drv.beat()
+            pid = daemon.agent_pids().get("b")
+            if pid is None:
+                raise RuntimeError("B has no pid in `status`")
+            killed, gone = _kill(pid)
+            tries = 0
+            while True:
+                tries += 1
+                reply = drv.ask("b", payload, timeout_s=10)
+                answered = time.monotonic()
+                if reply.ok:
+                    break
+                codes[reply.code] = codes.get(reply.code, 0) + 1
+                if answered - gone > 10:
+                    raise RuntimeError("B did not answer within 10 s of the crash")
+            noticed_ms.append((answered - gone) * 1000)
+            killed_ms.append((answered - killed) * 1000)
+            attempts.append(tries)
+            log(f"crash: cycle {cycle + 1}/{cycles}: {noticed_ms[-1]:.1f} ms")
     return {"noticed": noticed_ms, "killed": killed_ms, "attempts": attempts, "errors": codes}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from bench import baselines, product
 from bench.harness import Row, log
-from bench.procs import Procs, descendants, pss_kb, rss_kb, short_tmpdir
+from bench.procs import descendants, pss_kb, rss_kb
 
 NAME = "memory"
 COUNT = 40
@@ -40,25 +40,21 @@ def _pss(pids: list[int]) -> dict[str, Any]:
 
 def _product() -> dict[str, Any]:
     names = [f"m{i}" for i in range(COUNT)]
-    with short_tmpdir() as tmp, Procs() as procs:
-        with product.driven_daemon(procs, tmp / "p", ["driver", *names], entry=names[0]) as (
-            daemon,
-            drv,
-        ):
-            log(f"memory: starting {COUNT} product agents")
-            payload = product.delegate_payload("ping", "mem", "driver")
-            wave = drv.wave([(name, payload) for name in names], timeout_s=120)
-            if wave.ok != COUNT:
-                raise RuntimeError(f"only {wave.ok} of {COUNT} agents answered")
-            time.sleep(1.0)
-            drv.beat()
-            pids = daemon.agent_pids()
-            agent_pids = [pids[n] for n in names if n in pids]
-            assert daemon.proc is not None
-            others = [p for p in descendants(daemon.proc.pid) if p not in set(pids.values())]
-            result = _pss(agent_pids)
-            result["helpers"] = _pss(others)
-            result["orchestrator"] = _pss([daemon.proc.pid])
+    with product.driven_run(["driver", *names], entry=names[0]) as (_, daemon, drv):
+        log(f"memory: starting {COUNT} product agents")
+        payload = product.delegate_payload("ping", "mem", "driver")
+        wave = drv.wave([(name, payload) for name in names], timeout_s=120)
+        if wave.ok != COUNT:
+            raise RuntimeError(f"only {wave.ok} of {COUNT} agents answered")
+        time.sleep(1.0)
+        drv.beat()
+        pids = daemon.agent_pids()
+        agent_pids = [pids[n] for n in names if n in pids]
+        assert daemon.proc is not None
+        others = [p for p in descendants(daemon.proc.pid) if p not in set(pids.values())]
+        result = _pss(agent_pids)
+        result["helpers"] = _pss(others)
+        result["orchestrator"] = _pss([daemon.proc.pid])
     return result
 
 

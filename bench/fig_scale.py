@@ -19,9 +19,7 @@ apart, as in figure 1.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from bench import baselines, product
@@ -86,15 +84,9 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
     }
 
 
-@contextlib.contextmanager
-def _daemon(names: list[str]) -> Iterator[tuple[Procs, product.Daemon, Driver]]:
+def _daemon(names: list[str]) -> product.DrivenRun:
     """A daemon whose swarm lists `names` and the bench's `driver`, connected as that agent."""
-    with (
-        short_tmpdir() as tmp,
-        Procs() as procs,
-        product.driven_daemon(procs, tmp / "p", ["driver", *names], names[0], 60) as (d, drv),
-    ):
-        yield procs, d, drv
+    return product.driven_run(["driver", *names], names[0], stop_timeout_s=60)
 
 
 def _product(names: list[str], waves: int) -> dict[str, Any]:

@@ -20,7 +20,6 @@ from typing import Any
 
 from bench import baselines, product
 from bench.harness import Row, log, percentile, summary
-from bench.procs import Procs, short_tmpdir
 
 NAME = "spawn"
 GOAL_MS = 25.0
@@ -31,42 +30,41 @@ def _product(quick: bool, seq: int, bursts: list[int]) -> dict[str, Any]:
     burst_names = {n: [f"p{n}x{i}" for i in range(n)] for n in bursts}
     agents = ["driver", "b", *seq_names, *(a for names in burst_names.values() for a in names)]
     out: dict[str, Any] = {}
-    with short_tmpdir() as tmp, Procs() as procs:
-        with product.driven_daemon(procs, tmp / "p", agents, entry="b") as (daemon, drv):
-            payload = product.delegate_payload("ping", "spawn", "driver")
-            if not drv.ask("b", payload, timeout_s=30).ok:
-                raise RuntimeError("the warm agent did not answer")
-            warm, _ = drv.round_trips("b", lambda i: payload, 200, 20)
-            warm_ms = percentile(warm, 50) * 1000
-            sent_at: dict[str, float] = {}
-            cold_ms: dict[str, float] = {}
-            log(f"spawn: product, {seq} one at a time")
-            for name in seq_names:
-                time.sleep(0.1)
-                sent_at[name] = time.time()
-                reply = drv.ask(name, payload, timeout_s=60)
-                if reply.ok:
-                    cold_ms[name] = reply.latency_s * 1000
-            burst_first_reply: dict[int, list[float]] = {}
-            for n, names in burst_names.items():
-                log(f"spawn: product, {n} at once")
-                time.sleep(0.3)
-                start = time.time()
-                for name in names:
-                    sent_at[name] = start
-                wave = drv.wave([(name, payload) for name in names], timeout_s=120)
-                burst_first_reply[n] = [x * 1000 for x in wave.latencies_s]
-                if wave.ok != n:
-                    out.setdefault("failures", {})[n] = {
-                        "ok": wave.ok,
-                        "errors": wave.errors,
-                        "lost": wave.lost,
-                    }
-        ready_at: dict[str, float] = {}
-        for record in daemon.log_events("agent ready"):
-            agent = record.get("agent")
-            if isinstance(agent, str) and agent not in ready_at:
-                ready_at[agent] = record["ts"]
+    with product.driven_run(agents, entry="b") as (_, daemon, drv):
+        payload = product.delegate_payload("ping", "spawn", "driver")
+        if not drv.ask("b", payload, timeout_s=30).ok:
+            raise RuntimeError("the warm agent did not answer")
+        warm, _ = drv.round_trips("b", lambda i: payload, 200, 20)
+        warm_ms = percentile(warm, 50) * 1000
+        sent_at: dict[str, float] = {}
+        cold_ms: dict[str, float] = {}
+        log(f"spawn: product, {seq} one at a time")
+        for name in seq_names:
+            time.sleep(0.1)
+            sent_at[name] = time.time()
+            reply = drv.ask(name, payload, timeout_s=60)
+            if reply.ok:
+                cold_ms[name] = reply.latency_s * 1000
+        burst_first_reply: dict[int, list[float]] = {}
+        for n, names in burst_names.items():
+            log(f"spawn: product, {n} at once")
+            time.sleep(0.3)
+            start = time.time()
+            for name in names:
+                sent_at[name] = start
+            wave = drv.wave([(name, payload) for name in names], timeout_s=120)
+            burst_first_reply[n] = [x * 1000 for x in wave.latencies_s]
+            if wave.ok != n:
+                out.setdefault("failures", {})[n] = {
+                    "ok": wave.ok,
+                    "errors": wave.errors,
+                    "lost": wave.lost,
+                }
+    ready_at: dict[str, float] = {}
+    for record in daemon.log_events("agent ready"):
+        agent = record.get("agent")
+        if isinstance(agent, str) and agent not in ready_at:
+            ready_at[agent] = record["ts"]
     from_log = all(name in ready_at for name in sent_at)
 
     def spawn_ms(names: list[str]) -> list[float]:

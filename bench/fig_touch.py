@@ -23,7 +23,6 @@ from pathlib import Path
 from bench import baselines, product
 from bench.driver import Driver
 from bench.harness import Row, log
-from bench.procs import Procs, short_tmpdir
 
 NAME = "touch"
 WARM = 100
@@ -74,11 +73,7 @@ def _ask(drv: Driver, target: str) -> Callable[[], None]:
 
 
 def run(quick: bool) -> list[Row]:
-    with (
-        short_tmpdir() as tmp,
-        Procs() as procs,
-        product.driven_daemon(procs, tmp / "p", ["driver", "a", "bb"], "a") as (daemon, drv),
-    ):
+    with product.driven_run(["driver", "a", "bb"], "a") as (procs, daemon, drv):
         reply = product.result_payload("bb", "ping", "touch")
         bare = baselines.start_agents(procs, daemon.agents_endpoint, ["bb"], reply, "--product")[0]
         if not daemon.wait_status(["bb"], {"idle", "processing"}, 10):

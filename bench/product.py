@@ -15,10 +15,10 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from bench.driver import Driver
-from bench.procs import PYTHON, Procs
+from bench.procs import PYTHON, Procs, short_tmpdir
 
 ECHO_REPLY = "You said: {{input}}"
 
@@ -222,18 +222,24 @@ def heartbeat_frame(name: str) -> bytes:
     return wire.encode(wire.HEARTBEAT, name, wire.ORCHESTRATOR)
 
 
+DrivenRun: TypeAlias = contextlib.AbstractContextManager[tuple[Procs, Daemon, Driver]]
+
+
 @contextlib.contextmanager
-def driven_daemon(
-    procs: Procs, workdir: Path, agents: list[str], entry: str, stop_timeout_s: float = 20.0
-) -> Iterator[tuple[Daemon, Driver]]:
-    """A started daemon whose swarm lists `driver`, with the bench connected as that agent
-    (it says `ready`, so the orchestrator routes to it and never tries to start it)."""
-    daemon = Daemon(procs, workdir, agents, entry=entry)
-    try:
-        daemon.start()
-        with daemon.driver() as drv:
-            if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
-                raise RuntimeError("the orchestrator did not take the driver's `ready`")
-            yield daemon, drv
-    finally:
-        daemon.stop(timeout_s=stop_timeout_s)
+def driven_run(
+    agents: list[str], entry: str, stop_timeout_s: float = 20.0
+) -> Iterator[tuple[Procs, Daemon, Driver]]:
+    """A started daemon in a temp dir of its own, whose swarm lists `agents` (`driver` among
+    them), with the bench connected as `driver`: it says `ready`, so the orchestrator routes to
+    it and never tries to start it. The `Procs` is for what the figure starts beside it; the
+    daemon is stopped and every process killed at the end."""
+    with short_tmpdir() as tmp, Procs() as procs:
+        daemon = Daemon(procs, tmp / "p", agents, entry=entry)
+        try:
+            daemon.start()
+            with daemon.driver() as drv:
+                if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
+                    raise RuntimeError("the orchestrator did not take the driver's `ready`")
+                yield procs, daemon, drv
+        finally:
+            daemon.stop(timeout_s=stop_timeout_s)
