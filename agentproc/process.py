@@ -260,6 +260,7 @@ class AgentProcess:
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
+        instance.events.flush_if_due()  # runtime events, batched: after the answer
 
     def _updates_for(self, job: Job) -> UpdateSink | None:
         """Streamed text and tool progress go to the requester, under the request's id."""

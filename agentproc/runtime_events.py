@@ -81,17 +81,16 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # Runtime events are written in batches, as OpenTelemetry's batch span processor exports
 # spans: a write per turn would cost as much as a short turn. A batch is due FLUSH_AFTER_S
 # after its first event (a random half to whole of it, so that agents busy with the same wave
-# of work do not all write in the same moment). A busy instance writes it at the end of its
-# first turn past that time, in the wake-up the turn has anyway: a timer of its own would wake
-# the process once more, which at 200 agents on 2 cores costs more than the write. The timer,
-# FLUSH_AFTER_S later, writes the batch of an instance that went quiet. A batch also goes out at
-# once when it holds FLUSH_EVENTS, before a tool runs (which may take the process down: the
-# evidence is on disk first), on a failure, and at close. Events are encoded when written, all
-# at once (their data is built for them and never changed).
+# of work do not all write in the same moment). A busy instance writes it once its first turn
+# past that time has answered (`flush_if_due`), in the wake-up the turn has anyway: a timer of
+# its own would wake the process once more, which at 200 agents on 2 cores costs more than the
+# write. The timer, FLUSH_AFTER_S later, writes the batch of an instance that went quiet. A
+# batch also goes out at once when it holds FLUSH_EVENTS, before a tool runs (which may take
+# the process down: the evidence is on disk first), on a failure, and at close. Events are
+# encoded when written, all at once (their data is built for them and never changed).
 FLUSH_AFTER_S = 1.0
 FLUSH_EVENTS = 256
 _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
-_TURN_END = "turn.completed"
 
 
 class RuntimeEventLog:
@@ -103,7 +102,7 @@ class RuntimeEventLog:
         self._size = 0  # of the file behind _fd
         self._fd: int | None = None
         self._held: list[RuntimeEvent] = []
-        self._due = 0.0  # time.monotonic() from which a turn's end writes the held batch
+        self._due = 0.0  # time.monotonic() from which `flush_if_due` writes the held batch
         self._timer: asyncio.TimerHandle | None = None
 
     def emit(self, event: RuntimeEvent) -> None:
@@ -119,7 +118,10 @@ class RuntimeEventLog:
             delay = FLUSH_AFTER_S * random.uniform(0.5, 1.0)
             self._due = time.monotonic() + delay
             self._timer = loop.call_later(delay + FLUSH_AFTER_S, self.flush)
-        elif event.type == _TURN_END and time.monotonic() >= self._due:
+
+    def flush_if_due(self) -> None:
+        """Write the held batch if it is due: after a turn has answered."""
+        if self._held and time.monotonic() >= self._due:
             self.flush()
 
     def flush(self) -> None:
