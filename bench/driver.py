@@ -128,16 +128,11 @@ class Driver:
                     return Reply(True, "", elapsed)
                 return Reply(False, head.error.code if head.error else "?", elapsed)
 
+    @_no_gc_pause()
     def round_trips(
         self, target: str, payload_for: Callable[[int], bytes], n: int, warmup: int
     ) -> tuple[list[float], int]:
         """`warmup` + `n` sequential round trips, one in flight; (latencies in s, failures)."""
-        with _no_gc_pause():
-            return self._round_trips(target, payload_for, n, warmup)
-
-    def _round_trips(
-        self, target: str, payload_for: Callable[[int], bytes], n: int, warmup: int
-    ) -> tuple[list[float], int]:
         latencies: list[float] = []
         failures = 0
         for i in range(warmup + n):
@@ -149,12 +144,9 @@ class Driver:
             self.beat()
         return latencies, failures
 
+    @_no_gc_pause()
     def wave(self, requests: list[tuple[str, bytes]], timeout_s: float) -> WaveResult:
         """Send every request at once, then collect the answers until all came or time is up."""
-        with _no_gc_pause():
-            return self._wave(requests, timeout_s)
-
-    def _wave(self, requests: list[tuple[str, bytes]], timeout_s: float) -> WaveResult:
         sent: dict[str, float] = {}
         for target, payload in requests:
             cid = str(next(self._ids))

@@ -84,13 +84,8 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
     }
 
 
-def _daemon(names: list[str]) -> product.DrivenRun:
-    """A daemon whose swarm lists `names` and the bench's `driver`, connected as that agent."""
-    return product.driven_run(["driver", *names], names[0], stop_timeout_s=60)
-
-
 def _product(names: list[str], waves: int) -> dict[str, Any]:
-    with _daemon(names) as (_, _, drv):
+    with product.driven_run(["driver", *names], names[0], stop_timeout_s=60) as (_, _, drv):
         log(f"scale: product: starting {len(names)} agents")
         started = time.monotonic()
         # in the conversations the first wave goes on with
@@ -109,7 +104,11 @@ def _product(names: list[str], waves: int) -> dict[str, Any]:
 
 
 def _orchestrator_only(names: list[str], waves: int) -> dict[str, Any]:
-    with _daemon(names) as (procs, daemon, drv):
+    with product.driven_run(["driver", *names], names[0], stop_timeout_s=60) as (
+        procs,
+        daemon,
+        drv,
+    ):
         log(f"scale: real orchestrator: starting {len(names)} bare agents")
         reply = product.result_payload("w", "ping", "k0")
         baselines.start_agents(procs, daemon.agents_endpoint, names, reply, "--product")

@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 from bench.driver import Driver
 from bench.procs import PYTHON, Procs, short_tmpdir
@@ -175,13 +175,16 @@ class Daemon:
 
 
 @contextlib.contextmanager
-def running(procs: Procs, workdir: Path, agents: list[str], entry: str) -> Iterator[Daemon]:
+def running(
+    procs: Procs, workdir: Path, agents: list[str], entry: str, stop_timeout_s: float = 20.0
+) -> Iterator[Daemon]:
+    """A started daemon, stopped at the end."""
     daemon = Daemon(procs, workdir, agents, entry)
     try:
         daemon.start()
         yield daemon
     finally:
-        daemon.stop()
+        daemon.stop(timeout_s=stop_timeout_s)
 
 
 # -- the product's frames, made with its own codec ---------------------------------------------
@@ -222,9 +225,6 @@ def heartbeat_frame(name: str) -> bytes:
     return wire.encode(wire.HEARTBEAT, name, wire.ORCHESTRATOR)
 
 
-DrivenRun: TypeAlias = contextlib.AbstractContextManager[tuple[Procs, Daemon, Driver]]
-
-
 @contextlib.contextmanager
 def driven_run(
     agents: list[str], entry: str, stop_timeout_s: float = 20.0
@@ -233,13 +233,12 @@ def driven_run(
     them), with the bench connected as `driver`: it says `ready`, so the orchestrator routes to
     it and never tries to start it. The `Procs` is for what the figure starts beside it; the
     daemon is stopped and every process killed at the end."""
-    with short_tmpdir() as tmp, Procs() as procs:
-        daemon = Daemon(procs, tmp / "p", agents, entry=entry)
-        try:
-            daemon.start()
-            with daemon.driver() as drv:
-                if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
-                    raise RuntimeError("the orchestrator did not take the driver's `ready`")
-                yield procs, daemon, drv
-        finally:
-            daemon.stop(timeout_s=stop_timeout_s)
+    with (
+        short_tmpdir() as tmp,
+        Procs() as procs,
+        running(procs, tmp / "p", agents, entry, stop_timeout_s) as daemon,
+        daemon.driver() as drv,
+    ):
+        if not daemon.wait_status(["driver"], {"idle", "processing"}, 10):
+            raise RuntimeError("the orchestrator did not take the driver's `ready`")
+        yield procs, daemon, drv
