@@ -16,7 +16,6 @@ for the provider.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from pathlib import Path
@@ -62,6 +61,7 @@ _message_decoder = msgspec.json.Decoder(Message)
 class Conversation:
     def __init__(self, directory: Path, *, fsync_events: bool = False) -> None:
         self.directory = directory
+        self.base_path = directory / "base.jsonl"
         self.events_path = directory / "events.jsonl"
         self._fsync_events = fsync_events
         self._events_fd: int | None = None
@@ -72,11 +72,6 @@ class Conversation:
         self.events_bytes = 0  # in events.jsonl: since the last fold
         self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
         self._fold_lock = threading.Lock()
-
-    @functools.cached_property
-    def base_path(self) -> Path:
-        """Made when first needed: a new conversation has no base until its first fold."""
-        return self.directory / "base.jsonl"
 
     @property
     def dirty(self) -> bool:

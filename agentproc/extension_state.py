@@ -1,6 +1,6 @@
 """Extension state: one JSON object per extension and instance, saved at turn end.
 
-    <instance dir>/<agent>/extensions/<extension>.json   (the store is given <instance dir>/<agent>)
+    <instance dir>/<agent>/extensions/<extension>.json
 
 Read lazily on first `api.state.get()`, written (atomically) at the end of each turn and at
 shutdown, and only for extensions whose state was set. The turn makes its instance's store
@@ -10,7 +10,6 @@ all instances of the agent — knows whose state to use.
 
 from __future__ import annotations
 
-import functools
 import os
 from contextvars import ContextVar
 from pathlib import Path
@@ -25,15 +24,10 @@ _decoder = msgspec.json.Decoder()
 
 
 class ExtensionStateStore:
-    def __init__(self, instance_dir: Path) -> None:
-        self._instance_dir = instance_dir
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
         self._values: dict[str, bytes | None] = {}  # encoded, so callers cannot alias it
         self._dirty: set[str] = set()
-
-    @functools.cached_property
-    def directory(self) -> Path:
-        """Made when first needed: most instances keep no extension state."""
-        return self._instance_dir / "extensions"
 
     def get(self, extension: str) -> dict[str, Any] | None:
         raw = self._values.get(extension, _MISSING)

@@ -39,7 +39,7 @@ class Instance:
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
         self.conversation = Conversation(directory, fsync_events=fsync_events)
         self.events = RuntimeEventLog(directory)
-        self.state = ExtensionStateStore(directory)
+        self.state = ExtensionStateStore(directory / "extensions")
         self.jobs = PendingJobs(directory, self.deliver)
         self._inbox: list[Message] = []
         self.last_turn_at = 0.0  # time.monotonic() when the last turn ended

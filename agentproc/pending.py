@@ -59,15 +59,10 @@ class PendingJobs:
     """The jobs of one instance of the agent."""
 
     def __init__(self, directory: Path, deliver: Callable[[Message], None]) -> None:
-        self.directory = directory
+        self.path = directory / PENDING_FILE
         self._deliver = deliver
         self._records: dict[str, JobRecord] = {}
         self._tasks: dict[str, asyncio.Future[Any]] = {}
-
-    @functools.cached_property
-    def path(self) -> Path:
-        """Made when first needed: most instances never start a job."""
-        return self.directory / PENDING_FILE
 
     # -- life cycle ------------------------------------------------------------------------
 

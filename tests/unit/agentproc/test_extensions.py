@@ -258,7 +258,7 @@ async def test_state_outside_an_instance_is_refused(tmp_path):
 async def test_state_must_be_a_json_object(tmp_path):
     from agentproc.extension_state import ExtensionStateStore
 
-    store = ExtensionStateStore(tmp_path)  # the conversation's directory
+    store = ExtensionStateStore(tmp_path)
     with pytest.raises(TypeError, match="JSON object"):
         store.set("x", [1, 2])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="JSON-serializable"):
@@ -269,10 +269,10 @@ async def test_state_must_be_a_json_object(tmp_path):
     value["a"] = 99  # a copy: only set() changes the state
     assert store.get("x") == {"a": 1}
     store.save()
-    assert json.loads((tmp_path / "extensions" / "x.json").read_text()) == {"a": 1}
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
     store.set("x", None)
     store.save()
-    assert not (tmp_path / "extensions" / "x.json").exists()
+    assert not (tmp_path / "x.json").exists()
 
 
 async def test_event_bus_isolates_failures_and_unsubscribes():
