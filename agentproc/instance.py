@@ -20,7 +20,7 @@ from agentproc.conversation import Conversation
 from agentproc.extension_state import ExtensionStateStore
 from agentproc.messages import Message
 from agentproc.pending import PendingJobs
-from agentproc.runtime_events import RuntimeEventLog
+from agentproc.runtime_events import Batches, RuntimeEventLog
 
 INBOX_LIMIT = 256  # messages waiting for an instance's next step
 
@@ -33,12 +33,15 @@ class Instance:
         *,
         workdir: Path | None = None,
         fsync_events: bool = False,
+        batches: Batches | None = None,
     ) -> None:
+        """`batches`: shared by the instances of one process, so a turn writes every due
+        batch of runtime events (see `runtime_events`)."""
         self.key = key
         self.directory = directory
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
         self.conversation = Conversation(directory, fsync_events=fsync_events)
-        self.events = RuntimeEventLog(directory)
+        self.events = RuntimeEventLog(directory, batches)
         self.state = ExtensionStateStore(directory / "extensions")
         self.jobs = PendingJobs(directory, self.deliver)
         self._inbox: list[Message] = []

@@ -17,6 +17,7 @@ from agentproc.instance import Instance
 from agentproc.instances import InstanceQueues
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
+from agentproc.runtime_events import Batches
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import StatePaths
 from ipc import messages as wire
@@ -80,6 +81,7 @@ class AgentProcess:
         self.peers = PeerClient(self.name, self._send)
         self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(self._run_job)
         self._instances: dict[str, Instance] = {}
+        self._event_batches = Batches()
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
         self.durability = durability
@@ -182,6 +184,7 @@ class AgentProcess:
                 directory,
                 workdir=self._dirs.workdir(key),
                 fsync_events=self.durability == "fsync",
+                batches=self._event_batches,
             ).load()
         return instance
 
@@ -260,7 +263,7 @@ class AgentProcess:
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
-        instance.events.flush_if_due()  # runtime events, batched: after the answer
+        self._event_batches.write_due()  # of every instance: after the answer
 
     def _updates_for(self, job: Job) -> UpdateSink | None:
         """Streamed text and tool progress go to the requester, under the request's id."""

@@ -81,28 +81,57 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # Runtime events are written in batches, as OpenTelemetry's batch span processor exports
 # spans: a write per turn would cost as much as a short turn. A batch is due FLUSH_AFTER_S
 # after its first event (a random half to whole of it, so that agents busy with the same wave
-# of work do not all write in the same moment). A busy instance writes it once its first turn
-# past that time has answered (`flush_if_due`), in the wake-up the turn has anyway: a timer of
-# its own would wake the process once more, which at 200 agents on 2 cores costs more than the
-# write. The timer, FLUSH_AFTER_S later, writes the batch of an instance that went quiet. A
-# batch also goes out at once when it holds FLUSH_EVENTS, before a tool runs (which may take
-# the process down: the evidence is on disk first), on a failure, and at close. Events are
+# of work do not all write in the same moment). The logs of one agent process share a
+# `Batches`: once a turn has answered, every due batch of the process is written, in the
+# wake-up the turn has anyway (`Batches.write_due`), its own instance's and those of
+# instances that went quiet since. A timer of their own would wake the process once more per
+# quiet instance, which at 200 agents on 2 cores costs more than the write; the timer,
+# FLUSH_AFTER_S after a batch is due, is for a process with no turn at all by then. A batch
+# also goes out at once when it holds FLUSH_EVENTS, before a tool runs (which may take the
+# process down: the evidence is on disk first), on a failure, and at close. Events are
 # encoded when written, all at once (their data is built for them and never changed).
 FLUSH_AFTER_S = 1.0
 FLUSH_EVENTS = 256
 _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 
 
+class Batches:
+    """The logs of one agent process that hold events not yet written."""
+
+    def __init__(self) -> None:
+        self._holding: dict[RuntimeEventLog, float] = {}  # log -> when its batch is due
+
+    def hold(self, log: RuntimeEventLog, due: float) -> None:
+        self._holding[log] = due
+
+    def release(self, log: RuntimeEventLog) -> None:
+        self._holding.pop(log, None)
+
+    def write_due(self) -> None:
+        """Write every batch that is due (after a turn has answered)."""
+        if not self._holding:
+            return
+        now = time.monotonic()
+        for log in [log for log, due in self._holding.items() if due <= now]:
+            log.flush()
+
+
 class RuntimeEventLog:
     """Appends events for one instance of one agent to its JSONL file, in batches."""
 
-    def __init__(self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        batches: Batches | None = None,
+        *,
+        rotate_bytes: int = ROTATE_BYTES,
+    ) -> None:
         self.path = directory / EVENTS_FILE
+        self._batches = batches or Batches()
         self._rotate_bytes = rotate_bytes
         self._size = 0  # of the file behind _fd
         self._fd: int | None = None
         self._held: list[RuntimeEvent] = []
-        self._due = 0.0  # time.monotonic() from which `flush_if_due` writes the held batch
         self._timer: asyncio.TimerHandle | None = None
 
     def emit(self, event: RuntimeEvent) -> None:
@@ -116,19 +145,15 @@ class RuntimeEventLog:
                 self.flush()
                 return
             delay = FLUSH_AFTER_S * random.uniform(0.5, 1.0)
-            self._due = time.monotonic() + delay
+            self._batches.hold(self, time.monotonic() + delay)
             self._timer = loop.call_later(delay + FLUSH_AFTER_S, self.flush)
-
-    def flush_if_due(self) -> None:
-        """Write the held batch if it is due: after a turn has answered."""
-        if self._held and time.monotonic() >= self._due:
-            self.flush()
 
     def flush(self) -> None:
         """Write what is held now (readers in this process call it before reading)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+            self._batches.release(self)
         if not self._held:
             return
         if self._fd is None:

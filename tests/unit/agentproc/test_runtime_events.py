@@ -15,6 +15,7 @@ import pytest
 from agentproc import runtime_events
 from agentproc.runtime_events import (
     EVENTS_FILE,
+    Batches,
     RuntimeEvent,
     RuntimeEventLog,
     elapsed_ms,
@@ -84,18 +85,40 @@ def batch_due_after_100ms(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_a_busy_instance_writes_its_batch_after_a_turn_once_it_is_due(
     tmp_path: Path,
 ) -> None:
-    log = RuntimeEventLog(tmp_path)
+    batches = Batches()
+    log = RuntimeEventLog(tmp_path, batches)
     log.emit(_event("turn.started"))
     log.emit(_event("turn.completed"))
-    log.flush_if_due()
+    batches.write_due()
     assert _written(tmp_path) == []  # held: not due yet
     await asyncio.sleep(0.15)  # due at 0.1 s; the timer would write at 0.3 s
     log.emit(_event("turn.started"))
     log.emit(_event("turn.completed"))
     assert _written(tmp_path) == []  # events alone do not write a due batch
-    log.flush_if_due()
+    batches.write_due()
     assert _written(tmp_path) == ["turn.started", "turn.completed"] * 2
     log.close()
+
+
+@pytest.mark.usefixtures("batch_due_after_100ms")
+async def test_a_turn_writes_the_due_batches_of_the_instances_gone_quiet(tmp_path: Path) -> None:
+    batches = Batches()
+    quiet = RuntimeEventLog(tmp_path / "quiet", batches)
+    busy = RuntimeEventLog(tmp_path / "busy", batches)
+    quiet.emit(_event("turn.completed"))
+    await asyncio.sleep(0.15)  # the quiet one is due (its timer would write at 0.3 s)
+    busy.emit(_event("turn.completed"))  # not due before 0.1 s from now
+    batches.write_due()  # the busy instance's turn has answered
+    assert _written(tmp_path / "quiet") == ["turn.completed"]
+    assert _written(tmp_path / "busy") == []
+    await asyncio.sleep(0.15)
+    batches.write_due()
+    assert _written(tmp_path / "busy") == ["turn.completed"]
+    quiet.emit(_event("turn.started"))  # a new batch of the written log is held again
+    assert _written(tmp_path / "quiet") == ["turn.completed"]
+    quiet.close()
+    busy.close()
+    assert _written(tmp_path / "quiet") == ["turn.completed", "turn.started"]
 
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
