@@ -57,6 +57,22 @@ def file_create_us(count: int = 60) -> float:
         return (time.process_time() - started) / count * 1e6
 
 
+QUIET_FILE_CREATE_US = 80.0  # this machine's usual cost is 20-60 us
+
+
+def wait_for_quiet_disk(max_wait_s: float = 150.0, every_s: float = 15.0) -> tuple[float, float]:
+    """Wait (at most `max_wait_s`) until creating a file costs its usual again: the inodes
+    freed by an earlier run (a test run, the bench's last exit) stop being skipped a minute or
+    a few after their deletion. (the cost at the end, seconds waited)"""
+    waited = 0.0
+    cost = file_create_us()
+    while cost > QUIET_FILE_CREATE_US and waited < max_wait_s:
+        time.sleep(every_s)
+        waited += every_s
+        cost = file_create_us()
+    return cost, waited
+
+
 class Procs:
     """Every process a figure starts, each in its own session; `close()` SIGKILLs the groups.
 
