@@ -32,19 +32,11 @@ class Peer:
         self.received: list[str] = []
 
     async def take(self, kind: str, timeout_s: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                _, frame = self.router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                await asyncio.sleep(0.002)
-                continue
-            self.received.append(wire.decode(frame).type)
-            if self.received[-1] == kind:
-                return
-        raise AssertionError(f"no {kind} from the agent within {timeout_s}s")
+        if not await self.listen(timeout_s, until=kind):
+            raise AssertionError(f"no {kind} from the agent within {timeout_s}s")
 
-    async def listen(self, seconds: float) -> None:
+    async def listen(self, seconds: float, until: str | None = None) -> bool:
+        """Record what arrives for `seconds`; True as soon as a frame of type `until` does."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
@@ -53,6 +45,9 @@ class Peer:
                 await asyncio.sleep(0.002)
                 continue
             self.received.append(wire.decode(frame).type)
+            if self.received[-1] == until:
+                return True
+        return False
 
     async def ask(self, n: int) -> None:
         request = wire.Delegate("ping", "k", wire.Source("agent", "peer"))
