@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import shutil
 import time
 from typing import Any, Literal
@@ -17,7 +16,7 @@ from agentproc.instance import Instance
 from agentproc.instances import InstanceQueues
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
-from agentproc.runtime_events import Batches
+from agentproc.runtime_events import Batches, new_trace_id
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import StatePaths
 from ipc import messages as wire
@@ -129,7 +128,7 @@ class AgentProcess:
                 d.instance_key,
                 d.source,
                 d.call_chain,
-                env.trace_id or secrets.token_hex(16),
+                env.trace_id or new_trace_id(),
                 env.correlation_id or "",
                 env.correlation_id,
                 env.from_,
@@ -143,7 +142,7 @@ class AgentProcess:
                 e.instance_key,
                 e.source,
                 (),
-                env.trace_id or secrets.token_hex(16),
+                env.trace_id or new_trace_id(),
                 parent_span_id=env.span_id,
             )
         self.queues.submit(job.instance_key, job)

@@ -51,6 +51,11 @@ def new_span_id() -> str:
     return random.getrandbits(64).to_bytes(8, "big").hex()
 
 
+def new_trace_id() -> str:
+    """32 hex digits, for a request that came without a trace (as `new_span_id`)."""
+    return random.getrandbits(128).to_bytes(16, "big").hex()
+
+
 def new_turn_id() -> str:
     return random.getrandbits(48).to_bytes(6, "big").hex()
 

@@ -20,6 +20,7 @@ from agentproc.runtime_events import (
     RuntimeEventLog,
     elapsed_ms,
     new_span_id,
+    new_trace_id,
     new_turn_id,
     now_iso,
 )
@@ -47,10 +48,12 @@ def test_timestamps_keep_leading_zeros_of_the_fraction(monkeypatch: pytest.Monke
     ]
 
 
-def test_span_and_turn_ids_are_fixed_width_hex_and_differ() -> None:
+def test_trace_span_and_turn_ids_are_fixed_width_hex_and_differ() -> None:
+    traces = {new_trace_id() for _ in range(1000)}
     spans = {new_span_id() for _ in range(1000)}
     turns = {new_turn_id() for _ in range(1000)}
-    assert len(spans) == 1000 and len(turns) == 1000
+    assert len(traces) == 1000 and len(spans) == 1000 and len(turns) == 1000
+    assert all(re.fullmatch(r"[0-9a-f]{32}", t) for t in traces)  # OpenTelemetry's trace id
     assert all(re.fullmatch(r"[0-9a-f]{16}", s) for s in spans)
     assert all(re.fullmatch(r"[0-9a-f]{12}", t) for t in turns)
 
