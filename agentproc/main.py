@@ -140,6 +140,9 @@ def _make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--state-root", required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument(
+        "--nice", type=int, default=0, help="lower this process's priority by this much"
+    )
     return parser
 
 
@@ -184,6 +187,8 @@ async def _serve(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     die_with_parent(args.parent_pid)
+    if args.nice > 0:
+        os.nice(args.nice)  # before any thread starts: threads take their creator's
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()

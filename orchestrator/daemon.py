@@ -31,6 +31,7 @@ from orchestrator.control import AgentCalls, CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
 from orchestrator.launcher import (
+    AGENT_NICE,
     ConnectorLauncher,
     Launcher,
     LauncherKind,
@@ -66,6 +67,7 @@ class Daemon:
         launcher: LauncherKind = "zygote",
         hang_timeout_s: float = HANG_TIMEOUT_S,
         watch: bool = False,
+        agent_nice: int = AGENT_NICE,
     ) -> None:
         self.bundle = bundle
         self.swarm = bundle.select_swarm(swarm_name)
@@ -75,6 +77,7 @@ class Daemon:
         self.grace_s = float(self.swarm.spec.policy.shutdown.grace_period_seconds)
         self._launcher_kind = launcher
         self._hang_timeout_s = hang_timeout_s
+        self._agent_nice = agent_nice
         self._watch = watch
         self._stop = asyncio.Event()
         self._local_ids = itertools.count(1)
@@ -112,7 +115,7 @@ class Daemon:
         self.agents = Channel(bind_router(self._zmq, agents_endpoint), self._on_agent_frames)
         self.control = Channel(bind_router(self._zmq, control_endpoint), self._on_control_frames)
         launch_spec = LaunchSpec(
-            self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root
+            self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root, self._agent_nice
         )
         self.launcher: Launcher = make_launcher(self._launcher_kind, launch_spec)
         connections = swarm_connections(self.bundle, self.swarm)

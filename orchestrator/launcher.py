@@ -25,6 +25,14 @@ import structlog
 
 LauncherKind = Literal["zygote", "subprocess"]
 
+# Agents run this much lower in scheduling priority (a nice increment) than the daemon. When
+# agents keep the CPUs busy, the router then gets its turn while they compute instead of
+# after them, and answers flow on as they come rather than in a burst once the last agent is
+# done; heartbeats and the control socket stay prompt. Small on purpose: at +10 the router
+# preempted the agents so often that their turns ran colder and the busiest moments got
+# slower (README, Benchmarks).
+AGENT_NICE = 3
+
 
 class LaunchSpec(msgspec.Struct, frozen=True):
     """What every agent process of this daemon needs to know."""
@@ -33,6 +41,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     swarm: str
     endpoint: str
     state_root: Path
+    agent_nice: int = AGENT_NICE
 
     def argv(self, agent: str, parent_pid: int) -> list[str]:
         return [
@@ -42,6 +51,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
             "--endpoint", self.endpoint,
             "--state-root", str(self.state_root),
             "--parent-pid", str(parent_pid),
+            "--nice", str(self.agent_nice),
         ]  # fmt: skip
 
 

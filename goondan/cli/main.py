@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: 15)",
     )
     p.add_argument(
+        "--agent-nice",
+        type=_nice,
+        metavar="N",
+        help="run agents N steps lower in CPU priority than the daemon, 0 to 19 (default: 3), "
+        "so routing, heartbeats and the control socket get their turn while agents compute",
+    )
+    p.add_argument(
         "--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)"
     )
 
@@ -163,6 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
     p.add_argument("--timeout", type=float, default=330.0, help="seconds to wait for it to exit")
     return parser
+
+
+def _nice(text: str) -> int:
+    """A nice increment: 0 (the daemon's own priority) to 19 (the lowest)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if not 0 <= value <= 19:
+        raise argparse.ArgumentTypeError(f"{value} is not between 0 and 19")
+    return value
 
 
 def _version() -> str:

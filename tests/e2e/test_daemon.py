@@ -79,6 +79,36 @@ def test_killed_agent_is_respawned_and_answers(start_daemon, spawn):
     assert new["pid"] != old["pid"] and new["status"] == "idle"
 
 
+def _thread_nices(pid: int) -> set[int]:
+    """The nice value of every thread of `pid` (field 19 of /proc/PID/task/TID/stat)."""
+    nices = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            nices.add(int(f.read().rsplit(")", 1)[1].split()[16]))
+    return nices
+
+
+@pytest.mark.parametrize("spawn", ["zygote", "subprocess"])
+def test_agents_run_a_little_below_the_daemons_priority(start_daemon, spawn):
+    daemon = start_daemon(QUICKSTART, "--spawn", spawn)
+    assert daemon.send("What is 4 plus 4?").returncode == 0
+    own = os.getpriority(os.PRIO_PROCESS, daemon.proc.pid)
+    for name in ("assistant", "researcher"):
+        # every thread: libzmq's I/O thread is the agent's too
+        assert _thread_nices(daemon.process(name)["pid"]) == {min(own + 3, 19)}
+    assert _thread_nices(daemon.proc.pid) == {own}
+
+
+def test_agent_priority_is_an_option(start_daemon):
+    daemon = start_daemon(QUICKSTART, "--agent-nice", "0")
+    assert daemon.send("What is 4 plus 4?").returncode == 0
+    own = os.getpriority(os.PRIO_PROCESS, daemon.proc.pid)
+    assert _thread_nices(daemon.process("assistant")["pid"]) == {own}
+    refused = goondan("run", str(QUICKSTART), "--agent-nice", "20")
+    assert refused.returncode == 2
+    assert "--agent-nice: 20 is not between 0 and 19" in refused.stderr
+
+
 def test_sigint_stops_everything_cleanly(start_daemon):
     daemon = start_daemon()
     daemon.send("What is 1 plus 2?")
