@@ -61,9 +61,9 @@ QUIET_FILE_CREATE_US = 80.0  # this machine's usual cost is 20-60 us
 
 
 def wait_for_quiet_disk(max_wait_s: float = 150.0, every_s: float = 15.0) -> tuple[float, float]:
-    """Wait (at most `max_wait_s`) until creating a file costs its usual again: the inodes
-    freed by an earlier run (a test run, the bench's last exit) stop being skipped a minute or
-    a few after their deletion. (the cost at the end, seconds waited)"""
+    """Wait (at most `max_wait_s`) until creating a file costs its usual again, as it does
+    some minutes after a run (a test run, the bench's last exit) deleted thousands of files.
+    (the cost at the end, seconds waited)"""
     waited = 0.0
     cost = file_create_us()
     while cost > QUIET_FILE_CREATE_US and waited < max_wait_s:

@@ -41,7 +41,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     swarm: str
     endpoint: str
     state_root: Path
-    agent_nice: int = AGENT_NICE
+    agent_nice: int  # see AGENT_NICE
 
     def argv(self, agent: str, parent_pid: int) -> list[str]:
         return [
