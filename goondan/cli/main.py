@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--agent-nice",
         type=_nice,
+        default=3,
         metavar="N",
         help="run agents N steps lower in CPU priority than the daemon, 0 to 19 (default: 3), "
         "so routing, heartbeats and the control socket get their turn while agents compute",

@@ -15,7 +15,6 @@ from goondan.logs import configure_logging
 from goondan.paths import StatePaths
 from ipc.endpoints import EndpointError
 from orchestrator.daemon import Daemon
-from orchestrator.launcher import AGENT_NICE
 from orchestrator.lock import AlreadyRunning
 
 
@@ -33,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
             launcher=args.spawn,
             hang_timeout_s=args.hang_timeout,
             watch=args.watch,
-            agent_nice=AGENT_NICE if args.agent_nice is None else args.agent_nice,
+            agent_nice=args.agent_nice,
         )
     except BundleInvalid as exc:
         for error in exc.errors:
