@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import time
+from collections import OrderedDict
 from typing import Any, Literal
 
 import msgspec
@@ -26,6 +27,9 @@ HEARTBEAT_INTERVAL_S = 1.0
 CANCEL_WAIT_S = 2.0  # after the grace period: how long cancelled turns get to wind down
 FOLD_EVENTS_BYTES = 256 * 1024  # fold a conversation when its events file grows past this
 QUIET_S = 5.0  # sync (fsync) and unload an instance that has had no turn for this long
+# Instances kept loaded at most: each holds two open files, so a burst of new conversations
+# (faster than they go quiet) would otherwise run the process out of file descriptors.
+MAX_LOADED_INSTANCES = 256
 Durability = Literal["os", "fsync"]
 
 
@@ -67,9 +71,11 @@ class AgentProcess:
         paths: StatePaths,
         sock: zmq.Socket[bytes],
         durability: Durability = "os",
+        max_loaded_instances: int = MAX_LOADED_INSTANCES,
     ) -> None:
         """`durability`: "os" writes each conversation event to the OS before going on (safe
-        from a process crash); "fsync" also fsyncs it (safe from power loss, slower)."""
+        from a process crash); "fsync" also fsyncs it (safe from power loss, slower).
+        Past `max_loaded_instances`, the least recently used are synced and unloaded."""
         self.definition = definition
         self.name = definition.name
         self.swarm = swarm
@@ -79,7 +85,8 @@ class AgentProcess:
         self.log = structlog.get_logger().bind(agent=self.name)
         self.peers = PeerClient(self.name, self._send)
         self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(self._run_job)
-        self._instances: dict[str, Instance] = {}
+        self._instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first
+        self._max_loaded = max_loaded_instances
         self._event_batches = Batches()
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._stop = asyncio.Event()
@@ -178,16 +185,32 @@ class AgentProcess:
 
     def _instance(self, key: str) -> Instance:
         instance = self._instances.get(key)
-        if instance is None:
-            directory = self._dirs.conversation_dir(key, self.name)
-            instance = self._instances[key] = Instance(
-                key,
-                directory,
-                workdir=self._dirs.workdir(key),
-                fsync_events=self.durability == "fsync",
-                batches=self._event_batches,
-            ).load()
+        if instance is not None:
+            self._instances.move_to_end(key)
+            return instance
+        directory = self._dirs.conversation_dir(key, self.name)
+        instance = self._instances[key] = Instance(
+            key,
+            directory,
+            workdir=self._dirs.workdir(key),
+            fsync_events=self.durability == "fsync",
+            batches=self._event_batches,
+        ).load()
+        if len(self._instances) > self._max_loaded:
+            self._unload_least_recent()
         return instance
+
+    def _unload_least_recent(self) -> None:
+        """Queue a settle (sync, then unload) for the least recently used instances past the
+        limit. A key with work queued is skipped but counted: its turn runs first, or a settle
+        is already on its way."""
+        excess = len(self._instances) - self._max_loaded
+        for key in self._instances:
+            if excess <= 0:
+                return
+            if not self.queues.is_busy(key):
+                self.queues.submit(key, Settle())
+            excess -= 1
 
     def _deliver_async(self, key: str, message: Message) -> None:
         """An async request's answer: it joins the conversation before the next step/turn."""

@@ -10,6 +10,7 @@ import asyncio
 import gc
 import itertools
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -109,6 +110,7 @@ class Daemon:
         return (0 if answer is None or answer.status == "ok" else 1), _answer_text(answer)
 
     def _startup(self) -> None:
+        open_files = _raise_open_files_limit()  # before any agent: they inherit it
         agents_endpoint = ipc_endpoint(self.paths.agents_socket)
         control_endpoint = ipc_endpoint(self.paths.control_socket)
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
@@ -173,6 +175,7 @@ class Daemon:
             agents=self.agent_names,
             entryAgent=self.entry_agent,
             stateRoot=str(self.paths.root),
+            openFiles=open_files,
         )
         self.notifier.ready(f"swarm {self.swarm.name}: {len(self.agent_names)} agents")
         self.notifier.start_watchdog()
@@ -628,6 +631,23 @@ def _answer_text(answer: wire.DelegateResult | None) -> str | None:
         return answer.response or ""
     error = answer.error
     return f"{error.code}: {error.message}" if error else "unknown error"
+
+
+def _raise_open_files_limit() -> int:
+    """Raise the soft limit on open files to the hard one; returns the limit now in force.
+
+    The daemon holds a connection per agent and each agent two files per loaded conversation,
+    so the usual soft limit (1024, systemd's default too) is what a busy swarm hits first. The
+    hard limit is the administrator's ceiling (`LimitNOFILE=`); agents inherit the soft one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    ceiling = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < ceiling:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (ceiling, hard))
+            soft = ceiling
+        except (ValueError, OSError):  # above the kernel's nr_open: keep what we have
+            pass
+    return soft
 
 
 def _freeze_long_lived() -> None:

@@ -1,6 +1,7 @@
 """A daemon left running, driven by `goondan send/status/stop` like a user would."""
 
 import os
+import resource
 import signal
 import time
 from pathlib import Path
@@ -107,6 +108,26 @@ def test_agent_priority_is_an_option(start_daemon):
     refused = goondan("run", str(QUICKSTART), "--agent-nice", "20")
     assert refused.returncode == 2
     assert "--agent-nice: 20 is not between 0 and 19" in refused.stderr
+
+
+def _soft_open_files(pid: int) -> int:
+    with open(f"/proc/{pid}/limits") as f:
+        line = next(line for line in f if line.startswith("Max open files"))
+    return int(line.split()[3])
+
+
+def test_daemon_and_agents_raise_their_open_files_limit_to_the_hard_one(start_daemon):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = 256 if hard == resource.RLIM_INFINITY else min(256, hard)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))  # the daemon inherits it
+    try:
+        daemon = start_daemon(QUICKSTART)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert daemon.send("What is 4 plus 4?").returncode == 0
+    expected = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    assert _soft_open_files(daemon.proc.pid) == expected
+    assert _soft_open_files(daemon.process("assistant")["pid"]) == expected
 
 
 def test_sigint_stops_everything_cleanly(start_daemon):
