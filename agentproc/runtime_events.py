@@ -13,6 +13,8 @@ months keeps at most two files of events.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import os
 import random
 import time
@@ -101,24 +103,27 @@ _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 
 
 class Batches:
-    """The logs of one agent process that hold events not yet written."""
+    """The logs of one agent process that hold events not yet written, by when they are due:
+    a heap, so a turn finds the due ones without looking at every log an agent holds."""
 
     def __init__(self) -> None:
-        self._holding: dict[RuntimeEventLog, float] = {}  # log -> when its batch is due
+        # (due, order, log); an entry whose log has written (or re-held) since is stale
+        self._due: list[tuple[float, int, RuntimeEventLog]] = []
+        self._order = itertools.count()  # ties are broken by age: logs do not compare
 
     def hold(self, log: RuntimeEventLog, due: float) -> None:
-        self._holding[log] = due
-
-    def release(self, log: RuntimeEventLog) -> None:
-        self._holding.pop(log, None)
+        heapq.heappush(self._due, (due, next(self._order), log))
 
     def write_due(self) -> None:
         """Write every batch that is due (after a turn has answered)."""
-        if not self._holding:
+        heap = self._due
+        if not heap:
             return
         now = time.monotonic()
-        for log in [log for log, due in self._holding.items() if due <= now]:
-            log.flush()
+        while heap and heap[0][0] <= now:
+            due, _, log = heapq.heappop(heap)
+            if log.due == due:
+                log.flush()
 
 
 class RuntimeEventLog:
@@ -138,6 +143,7 @@ class RuntimeEventLog:
         self._fd: int | None = None
         self._held: list[RuntimeEvent] = []
         self._timer: asyncio.TimerHandle | None = None
+        self.due: float | None = None  # when the held batch is due (time.monotonic())
 
     def emit(self, event: RuntimeEvent) -> None:
         self._held.append(event)
@@ -150,7 +156,8 @@ class RuntimeEventLog:
                 self.flush()
                 return
             delay = FLUSH_AFTER_S * random.uniform(0.5, 1.0)
-            self._batches.hold(self, time.monotonic() + delay)
+            self.due = time.monotonic() + delay
+            self._batches.hold(self, self.due)
             self._timer = loop.call_later(delay + FLUSH_AFTER_S, self.flush)
 
     def flush(self) -> None:
@@ -158,7 +165,7 @@ class RuntimeEventLog:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-            self._batches.release(self)
+            self.due = None
         if not self._held:
             return
         if self._fd is None:

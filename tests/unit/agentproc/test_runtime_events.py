@@ -142,3 +142,22 @@ def test_events_without_an_event_loop_are_written_at_once(tmp_path: Path) -> Non
     log.emit(_event("turn.started"))
     assert _written(tmp_path) == ["turn.started"]
     log.close()
+
+
+@pytest.mark.usefixtures("batch_due_after_100ms")
+async def test_a_batch_written_early_does_not_make_the_next_one_due_at_its_time(
+    tmp_path: Path,
+) -> None:
+    batches = Batches()
+    log = RuntimeEventLog(tmp_path, batches)
+    log.emit(_event("turn.started"))  # due at 0.1 s
+    log.emit(_event("tool.called"))  # written at once, with what was held
+    await asyncio.sleep(0.05)
+    log.emit(_event("tool.completed"))  # a new batch: due at 0.15 s
+    await asyncio.sleep(0.07)
+    batches.write_due()  # 0.12 s: the first batch's time, not the second's
+    assert _written(tmp_path) == ["turn.started", "tool.called"]
+    await asyncio.sleep(0.05)
+    batches.write_due()
+    assert _written(tmp_path) == ["turn.started", "tool.called", "tool.completed"]
+    log.close()
