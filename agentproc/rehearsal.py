@@ -35,7 +35,9 @@ from ipc.endpoints import bind_router, connect_dealer
 
 AGENT = "rehearsal"
 TURNS = 24  # more than the runs CPython needs before it quickens and specialises
-CONVERSATIONS = 3  # a new conversation is its own path (directory, files)
+# A new conversation is its own path (objects, directory, files): each of the first turns opens
+# one, as many as CPython needs to quicken that path too; the rest go on in the last one.
+CONVERSATIONS = 12
 TIMEOUT_S = 10.0
 TOOL = "rehearsal__echo"
 # A turn whose input starts with "tool" calls the tool, then answers with its result.
@@ -98,7 +100,7 @@ async def _drive(router: zmq.Socket[bytes], turns: int) -> int:
     answered = 0
     for turn in range(turns):
         text = "tool ping" if turn % 2 else "ping"
-        request = wire.Delegate(text, f"r{turn % CONVERSATIONS}", source)
+        request = wire.Delegate(text, f"r{min(turn, CONVERSATIONS - 1)}", source)
         frame = wire.encode(
             wire.DELEGATE, wire.ORCHESTRATOR, AGENT, request, correlation_id=f"c{turn}"
         )

@@ -50,3 +50,38 @@ def test_template_rehearses_before_it_says_ready_and_keeps_stdout_for_the_protoc
         template.stdin.close()  # EOF ends the template
         assert template.wait(timeout=30) == 0
     assert list(tmp_path.iterdir()) == []
+
+
+QUICKENED = """
+import dis
+from goondan.logs import configure_logging
+from agentproc.instance import Instance
+from agentproc.process import AgentProcess
+from agentproc.rehearsal import rehearse
+from agentproc.runtime_events import RuntimeEventLog
+from agentproc.turn import TurnRun
+configure_logging()
+rehearse()
+for f in (TurnRun.__init__, AgentProcess._instance, Instance.__init__, RuntimeEventLog.__init__):
+    adaptive = [i.opname for i in dis.get_instructions(f, adaptive=True)]
+    print(f.__qualname__, adaptive != [i.opname for i in dis.get_instructions(f)])
+"""
+
+
+def test_rehearsal_warms_the_turn_and_the_new_conversation_path(tmp_path: Path) -> None:
+    # What every forked agent inherits: its first turns and first conversations run bytecode
+    # CPython has already quickened and specialised, instead of rewriting it in each agent.
+    done = subprocess.run(
+        [sys.executable, "-c", QUICKENED],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:-1] == [
+        "TurnRun.__init__ True",
+        "AgentProcess._instance True",
+        "Instance.__init__ True",
+        "RuntimeEventLog.__init__ True",
+    ]
