@@ -21,14 +21,19 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return dict(os.environ, TMPDIR=str(tmp_path), GOONDAN_LOG_LEVEL="debug")
 
 
-def test_rehearsal_answers_every_turn_and_leaves_no_thread_or_file(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", REHEARSE],
+def _python(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`code` in a fresh interpreter, as the template runs the rehearsal: before anything else."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
         env=_env(tmp_path),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_rehearsal_answers_every_turn_and_leaves_no_thread_or_file(tmp_path: Path) -> None:
+    done = _python(REHEARSE, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "True 1\n"  # every turn answered; only the main thread is left
     assert list(tmp_path.iterdir()) == []  # its socket and state directory are gone
@@ -71,13 +76,7 @@ for f in (TurnRun.__init__, AgentProcess._instance, Instance.__init__, RuntimeEv
 def test_rehearsal_warms_the_turn_and_the_new_conversation_path(tmp_path: Path) -> None:
     # What every forked agent inherits: its first turns and first conversations run bytecode
     # CPython has already quickened and specialised, instead of rewriting it in each agent.
-    done = subprocess.run(
-        [sys.executable, "-c", QUICKENED],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = _python(QUICKENED, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:-1] == [
         "TurnRun.__init__ True",
