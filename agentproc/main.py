@@ -10,7 +10,6 @@ import sys
 from typing import Any
 
 import structlog
-import zmq
 
 from agentproc.catalog import ToolPolicy
 from agentproc.extensions import EventBus, ExtensionStartError, load_extensions, plan_extensions
@@ -25,7 +24,7 @@ from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
 from ipc import messages as wire
-from ipc.endpoints import connect_dealer
+from ipc.dealer import Dealer
 
 
 class StartError(Exception):
@@ -157,23 +156,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 async def _serve(args: argparse.Namespace) -> int:
     log = structlog.get_logger().bind(agent=args.agent)
-    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    sock = connect_dealer(ctx, args.endpoint, args.agent)
     try:
         definition, catalog = await build_definition(args)
     except (StartError, LookupError) as exc:
         log.error("agent cannot start", error=str(exc))
         error = wire.ErrorInfo("E_AGENT_START", str(exc))
-        sock.send(wire.encode(wire.START_ERROR, args.agent, wire.ORCHESTRATOR, error))
-        sock.close(linger=1000)
-        ctx.term()
+        link = Dealer(args.endpoint, args.agent, lambda frames: None)
+        link.start()
+        link.send([wire.encode(wire.START_ERROR, args.agent, wire.ORCHESTRATOR, error)])
+        await link.flush(timeout_s=1.0)
+        link.close()
         return 3
     process = AgentProcess(
         definition,
         swarm=args.swarm,
         catalog=catalog,
         paths=StatePaths.at(args.state_root),
-        sock=sock,
+        endpoint=args.endpoint,
         durability="fsync" if os.environ.get("GOONDAN_DURABILITY") == "fsync" else "os",
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
@@ -181,7 +180,6 @@ async def _serve(args: argparse.Namespace) -> int:
         return await process.run()
     finally:
         await definition.provider.aclose()
-        ctx.term()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 import msgspec
 import structlog
-import zmq
 
 from agentproc.instance import Instance
 from agentproc.instances import InstanceQueues
@@ -21,7 +20,7 @@ from agentproc.runtime_events import Batches, new_trace_id
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import StatePaths
 from ipc import messages as wire
-from ipc.channel import Channel
+from ipc.dealer import Dealer
 
 HEARTBEAT_INTERVAL_S = 1.0
 CANCEL_WAIT_S = 2.0  # after the grace period: how long cancelled turns get to wind down
@@ -69,20 +68,21 @@ class AgentProcess:
         swarm: str,
         catalog: dict[str, Any],
         paths: StatePaths,
-        sock: zmq.Socket[bytes],
+        endpoint: str,
         durability: Durability = "os",
         max_loaded_instances: int = MAX_LOADED_INSTANCES,
     ) -> None:
         """`durability`: "os" writes each conversation event to the OS before going on (safe
         from a process crash); "fsync" also fsyncs it (safe from power loss, slower).
-        Past `max_loaded_instances`, the least recently used are synced and unloaded."""
+        Past `max_loaded_instances`, the least recently used are synced and unloaded.
+        `endpoint` is the orchestrator's ROUTER (`ipc://`)."""
         self.definition = definition
         self.name = definition.name
         self.swarm = swarm
         self.catalog = catalog
         self._dirs = paths.swarm(swarm)
-        self.channel = Channel(sock, self.on_frames)
         self.log = structlog.get_logger().bind(agent=self.name)
+        self.channel = Dealer(endpoint, self.name, self.on_frames, on_disconnect=self._disconnected)
         self.peers = PeerClient(self.name, self._send)
         self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(self._run_job)
         self._instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first
@@ -98,6 +98,9 @@ class AgentProcess:
     def _send(self, frame: bytes) -> None:
         self.channel.send([frame])
         self._last_sent = time.monotonic()
+
+    def _disconnected(self, reason: str) -> None:
+        self.log.warning("lost the orchestrator's socket; reconnecting", reason=reason)
 
     def on_frames(self, frames: list[bytes]) -> None:
         for frame in frames:
@@ -351,7 +354,7 @@ class AgentProcess:
         if self._shutdown is not None:
             self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))
         await self.channel.flush(timeout_s=1.0)  # the ack must not die in our outbox
-        self.channel.close(linger_ms=1000)
+        self.channel.close()
         return 0
 
     def request_stop(self) -> None:
@@ -381,7 +384,4 @@ class AgentProcess:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
             if time.monotonic() - self._last_sent < HEARTBEAT_INTERVAL_S:
                 continue
-            try:
-                self._send(frame)
-            except zmq.ZMQError:
-                return
+            self._send(frame)

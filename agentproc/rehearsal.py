@@ -4,7 +4,7 @@ CPython 3.11 rewrites a function's bytecode the first times it runs (quickening,
 specialising each instruction to the types it meets) and gives dicts and types version tags on
 first use. Done in every agent, that is work on each agent's first turns and a write, so a
 private copy, on every page it touches; done once here, the children inherit the result. The
-rehearsal goes through a real AgentProcess on a real ZeroMQ socket (ipc, in a temporary
+rehearsal goes through a real AgentProcess and a real ZeroMQ ROUTER (ipc, in a temporary
 directory, removed after), so the same code runs as in an agent's turn; every other turn calls
 a tool, so the tool-call path is warm too. It leaves no event loop, thread or ZeroMQ context
 behind, as the template's forks require. A failure only costs the head start: it is reported on
@@ -31,7 +31,7 @@ from goondan.bundle.model import ModelSpec
 from goondan.paths import StatePaths
 from goondan.tools import ToolContext
 from ipc import messages as wire
-from ipc.endpoints import bind_router, connect_dealer
+from ipc.endpoints import bind_router
 
 AGENT = "rehearsal"
 TURNS = 24  # more than the runs CPython needs before it quickens and specialises
@@ -78,7 +78,7 @@ async def _rehearse(tmp: Path, turns: int) -> int:
         swarm=AGENT,
         catalog={},
         paths=StatePaths.at(tmp / "state"),
-        sock=connect_dealer(ctx, endpoint, AGENT),
+        endpoint=endpoint,
     )
     running = asyncio.get_running_loop().create_task(process.run())
     try:

@@ -24,7 +24,7 @@ from agentproc.turn import AgentDefinition
 from goondan.bundle.model import ModelSpec
 from goondan.paths import StatePaths
 from ipc import messages as wire
-from ipc.endpoints import bind_router, connect_dealer
+from ipc.endpoints import bind_router
 
 AGENT = "a"
 SWARM = "s"
@@ -93,7 +93,7 @@ async def running_agent(
         swarm=SWARM,
         catalog={},
         paths=StatePaths.at(tmp_path / "state"),
-        sock=connect_dealer(ctx, endpoint, AGENT),
+        endpoint=endpoint,
         **options,
     )
     running = asyncio.get_running_loop().create_task(agent.run())

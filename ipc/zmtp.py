@@ -1,0 +1,150 @@
+"""ZMTP 3.1, ZeroMQ's wire protocol (rfc.zeromq.org/spec/37), as far as a DEALER needs it.
+
+The greeting, the NULL mechanism's READY handshake, message and command frames, and the PING
+a peer may send. `Reader` turns the bytes of a connection into messages and commands; the
+module-level functions build what we send. Nothing here does I/O (that is `ipc.dealer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+# signature (0xFF, 8 bytes of padding, 0x7F), version 3.1, mechanism NULL, as-server 0, filler
+GREETING = b"\xff" + bytes(8) + b"\x7f" + bytes((3, 1)) + b"NULL".ljust(20, b"\0") + bytes(32)
+GREETING_SIZE = 64
+
+_MORE = 0x01
+_LONG = 0x02
+_COMMAND = 0x04
+
+
+class ProtocolError(Exception):
+    """The peer broke ZMTP: the connection cannot go on."""
+
+
+def message(frames: Sequence[bytes]) -> bytes:
+    """One message (one or more frames) as it goes on the wire."""
+    if len(frames) == 1:  # the common case, without the loop
+        frame = frames[0]
+        size = len(frame)
+        if size < 256:
+            return bytes((0, size)) + frame
+        return b"\x02" + size.to_bytes(8, "big") + frame
+    parts: list[bytes] = []
+    last = len(frames) - 1
+    for i, frame in enumerate(frames):
+        more = _MORE if i < last else 0
+        size = len(frame)
+        if size < 256:
+            parts.append(bytes((more, size)))
+        else:
+            parts.append(bytes((more | _LONG,)) + size.to_bytes(8, "big"))
+        parts.append(frame)
+    return b"".join(parts)
+
+
+def command(name: bytes, data: bytes = b"") -> bytes:
+    body = bytes((len(name),)) + name + data
+    if len(body) < 256:
+        return bytes((_COMMAND, len(body))) + body
+    return bytes((_COMMAND | _LONG,)) + len(body).to_bytes(8, "big") + body
+
+
+def ready(socket_type: bytes, identity: bytes) -> bytes:
+    """The NULL mechanism's READY, with the properties a ROUTER routes by."""
+    metadata = _property(b"Socket-Type", socket_type) + _property(b"Identity", identity)
+    return command(b"READY", metadata)
+
+
+def pong(ping_data: bytes) -> bytes:
+    """The answer to a PING: its context, after the 2-byte TTL."""
+    return command(b"PONG", ping_data[2:])
+
+
+def properties(data: bytes) -> dict[bytes, bytes]:
+    """The metadata of a READY command."""
+    found: dict[bytes, bytes] = {}
+    pos = 0
+    while pos < len(data):
+        name_end = pos + 1 + data[pos]
+        if name_end + 4 > len(data):
+            raise ProtocolError("truncated property in READY")
+        value_end = name_end + 4 + int.from_bytes(data[name_end : name_end + 4], "big")
+        if value_end > len(data):
+            raise ProtocolError("truncated property value in READY")
+        found[data[pos + 1 : name_end]] = data[name_end + 4 : value_end]
+        pos = value_end
+    return found
+
+
+def _property(name: bytes, value: bytes) -> bytes:
+    return bytes((len(name),)) + name + len(value).to_bytes(4, "big") + value
+
+
+def check_greeting(greeting: bytes) -> None:
+    if greeting[0] != 0xFF or not greeting[9] & 0x01:
+        raise ProtocolError("the peer does not speak ZMTP (bad signature)")
+    if greeting[10] < 3:
+        raise ProtocolError(f"the peer speaks ZMTP {greeting[10]}.x; 3.x is needed")
+    mechanism = greeting[12:32].rstrip(b"\0")
+    if mechanism != b"NULL":
+        raise ProtocolError(f"the peer wants the {mechanism.decode(errors='replace')} mechanism")
+
+
+class Reader:
+    """Incremental parser: `feed` the bytes as they come; it calls `on_message(frames)` for each
+    complete message and `on_command(name, data)` for each command, in order."""
+
+    def __init__(
+        self,
+        on_message: Callable[[list[bytes]], None],
+        on_command: Callable[[bytes, bytes], None],
+    ) -> None:
+        self._on_message = on_message
+        self._on_command = on_command
+        self._buffer = b""
+        self._greeted = False
+        self._parts: list[bytes] = []
+
+    def feed(self, data: bytes) -> None:
+        if self._buffer:
+            data = self._buffer + data
+            self._buffer = b""
+        pos = 0
+        end = len(data)
+        if not self._greeted:
+            if end < GREETING_SIZE:
+                self._buffer = data
+                return
+            check_greeting(data[:GREETING_SIZE])
+            self._greeted = True
+            pos = GREETING_SIZE
+        while end - pos >= 2:
+            flags = data[pos]
+            if flags & _LONG:
+                if end - pos < 9:
+                    break
+                start = pos + 9
+                stop = start + int.from_bytes(data[pos + 1 : start], "big")
+            else:
+                start = pos + 2
+                stop = start + data[pos + 1]
+            if stop > end:
+                break
+            body = data[start:stop]
+            pos = stop
+            if flags & _COMMAND:
+                if flags & _MORE or not body or 1 + body[0] > len(body):
+                    raise ProtocolError("malformed command frame")
+                self._on_command(body[1 : 1 + body[0]], body[1 + body[0] :])
+            elif flags & _MORE:
+                self._parts.append(body)
+            elif self._parts:
+                parts = self._parts
+                parts.append(body)
+                self._parts = []
+                self._on_message(parts)
+            else:
+                self._on_message([body])
+        if pos < end:
+            self._buffer = data[pos:]

@@ -1,0 +1,79 @@
+"""ipc.zmtp: what a DEALER sends, and reading a peer's bytes however the stream splits them."""
+
+import pytest
+
+from ipc import zmtp
+
+
+def read_all(chunks: list[bytes]) -> list[tuple[str, object]]:
+    seen: list[tuple[str, object]] = []
+    reader = zmtp.Reader(
+        lambda frames: seen.append(("message", frames)),
+        lambda name, data: seen.append(("command", (name, data))),
+    )
+    for chunk in chunks:
+        reader.feed(chunk)
+    return seen
+
+
+STREAM = (
+    zmtp.GREETING
+    + zmtp.ready(b"ROUTER", b"")
+    + zmtp.message([b"short"])
+    + zmtp.message([b"x" * 300])  # a long frame: 8-byte size
+    + zmtp.message([b"a", b"", b"y" * 70_000, b"z"])  # multipart, long and empty parts
+    + zmtp.command(b"PING", b"\x00\x0aping-ctx")
+)
+
+
+def test_a_stream_reads_the_same_however_it_is_split():
+    whole = read_all([STREAM])
+    assert [kind for kind, _ in whole] == ["command", "message", "message", "message", "command"]
+    assert whole[1] == ("message", [b"short"])
+    assert whole[2] == ("message", [b"x" * 300])
+    assert whole[3] == ("message", [b"a", b"", b"y" * 70_000, b"z"])
+    assert whole[4] == ("command", (b"PING", b"\x00\x0aping-ctx"))
+    name, data = whole[0][1]  # type: ignore[misc]
+    assert name == b"READY"
+    assert zmtp.properties(data) == {b"Socket-Type": b"ROUTER", b"Identity": b""}
+    assert read_all([bytes([b]) for b in STREAM]) == whole  # one byte at a time
+    for cut in (1, 10, 63, 64, 65, 70, 200, 500):
+        assert read_all([STREAM[:cut], STREAM[cut:]]) == whole
+
+
+def test_ready_carries_the_socket_type_and_identity():
+    body = zmtp.ready(b"DEALER", b"agent-7")
+    seen = read_all([zmtp.GREETING, body])
+    assert seen[0][0] == "command"
+    name, data = seen[0][1]  # type: ignore[misc]
+    assert (name, zmtp.properties(data)) == (
+        b"READY",
+        {b"Socket-Type": b"DEALER", b"Identity": b"agent-7"},
+    )
+
+
+def test_pong_echoes_the_ping_context():
+    assert zmtp.pong(b"\x00\x0actx") == zmtp.command(b"PONG", b"ctx")
+
+
+@pytest.mark.parametrize(
+    ("greeting", "says"),
+    [
+        (b"GET / HTTP/1.1\r\n".ljust(64, b" "), "does not speak ZMTP"),
+        (zmtp.GREETING[:10] + b"\x02\x00" + zmtp.GREETING[12:], "ZMTP 2.x"),
+        (zmtp.GREETING[:12] + b"CURVE".ljust(20, b"\0") + zmtp.GREETING[32:], "CURVE mechanism"),
+    ],
+)
+def test_a_peer_that_is_not_a_zmtp3_null_peer_is_refused(greeting, says):
+    with pytest.raises(zmtp.ProtocolError, match=says):
+        read_all([greeting])
+
+
+def test_a_malformed_command_is_refused():
+    with pytest.raises(zmtp.ProtocolError, match="malformed command"):
+        read_all([zmtp.GREETING + b"\x04\x03\x09ab"])  # name length 9 in a 3-byte body
+
+
+def test_a_truncated_ready_property_is_refused():
+    with pytest.raises(zmtp.ProtocolError, match="truncated"):
+        zmtp.properties(b"\x08Identity\x00\x00\x00\x09abc")
