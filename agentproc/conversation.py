@@ -69,6 +69,7 @@ class Conversation:
         self._requests: dict[str, int] | None = None  # requestId -> index of its user message
         self._dirty = False  # changed since the last sync or fold
         self._dir_synced = False  # the directory's entries (new files) made durable
+        self._directory_missing = False  # known not to exist yet (see `expect_new`)
         self.events_bytes = 0  # in events.jsonl: since the last fold
         self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
         self._fold_lock = threading.Lock()
@@ -100,6 +101,10 @@ class Conversation:
             self._dirty = True
             self.fold()
         return self.messages
+
+    def expect_new(self) -> None:
+        """Nothing is stored yet, not even the directory: the first write makes it."""
+        self._directory_missing = True
 
     def request_position(self, request_id: str) -> int | None:
         """Index of the user message that started request `request_id`, if any (a replay).
@@ -202,7 +207,8 @@ class Conversation:
 
     def _write(self, data: bytes) -> None:
         if self._events_fd is None:
-            self._events_fd = open_append(self.events_path)
+            self._events_fd = open_append(self.events_path, new_directory=self._directory_missing)
+            self._directory_missing = False
         # One write() for the lot: it reaches the OS before we return, so a crash keeps it.
         os.write(self._events_fd, data)
         self.events_bytes += len(data)

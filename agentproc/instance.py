@@ -49,7 +49,9 @@ class Instance:
 
     def load(self) -> Instance:
         if not self.directory.is_dir():
-            return self  # a new instance: nothing stored yet (files come with the first write)
+            # a new instance: nothing stored yet (files come with the first write)
+            self.conversation.expect_new()
+            return self
         self.conversation.load()
         self.jobs.load(self.conversation.messages)
         return self

@@ -87,3 +87,19 @@ def test_request_positions_follow_appends_and_edits(tmp_path):
     reloaded = Conversation(tmp_path)
     reloaded.load()
     assert reloaded.request_position("r3") == 0
+
+
+def test_a_new_conversation_makes_its_directories_with_its_first_event(tmp_path):
+    directory = tmp_path / "instances" / "k" / "agent"  # no level of it exists yet
+    convo = Conversation(directory)
+    convo.expect_new()
+    convo.append(Message(id="1", role="user", content="held"), hold=True)
+    assert not directory.exists()  # nothing written: nothing made
+    convo.append(Message(id="2", role="assistant", content="hello"))
+    convo.sync()
+    assert [m.content for m in Conversation(directory).load()] == ["held", "hello"]
+    # another agent's conversation of the same instance finds the parent already made
+    sibling = Conversation(tmp_path / "instances" / "k" / "other")
+    sibling.expect_new()
+    sibling.append(Message(id="1", role="user", content="hi"))
+    assert [m.content for m in Conversation(sibling.directory).load()] == ["hi"]
