@@ -102,35 +102,46 @@ class Reader:
     ) -> None:
         self._on_message = on_message
         self._on_command = on_command
-        self._buffer = b""
+        # The bytes of an incomplete greeting or frame, and how many make it whole: a large
+        # message arriving in many reads is gathered once, not re-joined on every read.
+        self._partial = bytearray()
+        self._wanted = GREETING_SIZE
         self._greeted = False
         self._parts: list[bytes] = []
 
     def feed(self, data: bytes) -> None:
-        if self._buffer:
-            data = self._buffer + data
-            self._buffer = b""
+        if self._partial:
+            self._partial += data
+            if len(self._partial) < self._wanted:
+                return
+            data = bytes(self._partial)
+            self._partial = bytearray()
         pos = 0
         end = len(data)
         if not self._greeted:
             if end < GREETING_SIZE:
-                self._buffer = data
+                self._keep(data, 0, GREETING_SIZE)
                 return
             check_greeting(data[:GREETING_SIZE])
             self._greeted = True
             pos = GREETING_SIZE
-        while end - pos >= 2:
+        while pos < end:
+            if end - pos < 2:
+                self._keep(data, pos, 2)
+                return
             flags = data[pos]
             if flags & _LONG:
                 if end - pos < 9:
-                    break
+                    self._keep(data, pos, 9)
+                    return
                 start = pos + 9
                 stop = start + int.from_bytes(data[pos + 1 : start], "big")
             else:
                 start = pos + 2
                 stop = start + data[pos + 1]
             if stop > end:
-                break
+                self._keep(data, pos, stop - pos)
+                return
             body = data[start:stop]
             pos = stop
             if flags & _COMMAND:
@@ -146,5 +157,8 @@ class Reader:
                 self._on_message(parts)
             else:
                 self._on_message([body])
-        if pos < end:
-            self._buffer = data[pos:]
+
+    def _keep(self, data: bytes, pos: int, wanted: int) -> None:
+        """Hold the incomplete rest, from `pos`, until `wanted` bytes of it are here."""
+        self._partial = bytearray(data[pos:])
+        self._wanted = wanted
