@@ -24,7 +24,7 @@ from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
 from ipc import messages as wire
-from ipc.dealer import Dealer
+from ipc.dealer import send_once
 
 
 class StartError(Exception):
@@ -161,11 +161,8 @@ async def _serve(args: argparse.Namespace) -> int:
     except (StartError, LookupError) as exc:
         log.error("agent cannot start", error=str(exc))
         error = wire.ErrorInfo("E_AGENT_START", str(exc))
-        link = Dealer(args.endpoint, args.agent, lambda frames: None)
-        link.start()
-        link.send([wire.encode(wire.START_ERROR, args.agent, wire.ORCHESTRATOR, error)])
-        await link.flush(timeout_s=1.0)
-        link.close()
+        frame = wire.encode(wire.START_ERROR, args.agent, wire.ORCHESTRATOR, error)
+        await send_once(args.endpoint, args.agent, frame)
         return 3
     process = AgentProcess(
         definition,

@@ -167,3 +167,15 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._dealer._lost(self._why if exc is None else f"{self._why}: {exc}")
+
+
+async def send_once(endpoint: str, identity: str, frame: bytes, timeout_s: float = 1.0) -> bool:
+    """Connect, send one message and close once it is with the OS (False if not within
+    `timeout_s`): for a process that reports why it cannot start, then exits."""
+    dealer = Dealer(endpoint, identity, lambda frames: None)
+    dealer.start()
+    dealer.send([frame])
+    try:
+        return await dealer.flush(timeout_s)
+    finally:
+        dealer.close()

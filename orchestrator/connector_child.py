@@ -22,7 +22,6 @@ import signal
 import sys
 
 import structlog
-import zmq
 
 from goondan.connectors import (
     ConnectionSetup,
@@ -37,8 +36,7 @@ from goondan.connectors import (
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from ipc import messages as wire
-from ipc.channel import Channel
-from ipc.endpoints import connect_dealer
+from ipc.dealer import Dealer, send_once
 
 HEARTBEAT_INTERVAL_S = 1.0
 SIGTERM_GRACE_MS = 5_000
@@ -47,7 +45,7 @@ EXIT_OK, EXIT_CRASHED, EXIT_START_ERROR = 0, 1, 3
 
 
 class ConnectorProcess:
-    def __init__(self, setup: ConnectionSetup, main: ConnectorMain, sock: zmq.Socket[bytes]):
+    def __init__(self, setup: ConnectionSetup, main: ConnectorMain, endpoint: str):
         self.ctx = ConnectorContext(
             connection_name=setup.connection,
             connector_name=setup.connector,
@@ -56,14 +54,18 @@ class ConnectorProcess:
             send=self.send,
         )
         self.main = main
-        self.sock = sock
-        self.channel = Channel(sock, self.on_frames)
         self.log = structlog.get_logger().bind(connection=setup.connection)
+        self.channel = Dealer(
+            endpoint, self.ctx.identity, self.on_frames, on_disconnect=self._disconnected
+        )
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
 
     def send(self, frame: bytes) -> None:
         self.channel.send([frame])
+
+    def _disconnected(self, reason: str) -> None:
+        self.log.warning("lost the orchestrator's socket; reconnecting", reason=reason)
 
     def on_frames(self, frames: list[bytes]) -> None:
         for frame in frames:
@@ -140,19 +142,12 @@ class ConnectorProcess:
         frame = wire.encode(wire.HEARTBEAT, self.ctx.identity, wire.ORCHESTRATOR)
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-            try:
-                self.send(frame)
-            except zmq.ZMQError:
-                return
+            self.send(frame)
 
     async def _close(self) -> None:
-        """Let the last frames (the ack) leave before closing: `Channel.close` drops them."""
-        for _ in range(100):
-            await asyncio.sleep(0.005)
-            if self.channel.pending_sends == 0:
-                break
-        asyncio.get_running_loop().remove_reader(self.sock.FD)
-        self.sock.close(linger=1000)
+        """Let the last frames (the ack) leave before closing: `Dealer.close` drops them."""
+        await self.channel.flush(timeout_s=1.0)
+        self.channel.close()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -168,24 +163,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def _serve(args: argparse.Namespace, redactor: SecretRedactor) -> int:
     identity = f"connection:{args.connection}"
     log = structlog.get_logger()
-    zctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    sock = connect_dealer(zctx, args.endpoint, identity)
     try:
-        try:
-            setup = load_connection(args.bundle, args.connection, os.environ)
-            redactor.update(setup.secrets.values())
-            main = import_main(setup)
-        except ConnectorConfigError as exc:
-            log.error("connector cannot start", error=str(exc))
-            error = wire.ErrorInfo("E_CONNECTOR_START", str(exc))
-            sock.send(wire.encode(wire.START_ERROR, identity, wire.ORCHESTRATOR, error))
-            sock.close(linger=1000)
-            return EXIT_START_ERROR
-        process = ConnectorProcess(setup, main, sock)
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
-        return await process.run()
-    finally:
-        zctx.term()
+        setup = load_connection(args.bundle, args.connection, os.environ)
+        redactor.update(setup.secrets.values())
+        main = import_main(setup)
+    except ConnectorConfigError as exc:
+        log.error("connector cannot start", error=str(exc))
+        error = wire.ErrorInfo("E_CONNECTOR_START", str(exc))
+        await send_once(
+            args.endpoint,
+            identity,
+            wire.encode(wire.START_ERROR, identity, wire.ORCHESTRATOR, error),
+        )
+        return EXIT_START_ERROR
+    process = ConnectorProcess(setup, main, args.endpoint)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
+    return await process.run()
 
 
 def main(argv: list[str] | None = None) -> int:
