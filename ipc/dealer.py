@@ -57,8 +57,8 @@ class Dealer:
         """Never blocks: before the handshake (or between connections) the message waits."""
         data = zmtp.message(frames)
         transport = self._transport
-        if self._ready and not transport.is_closing():  # type: ignore[union-attr]
-            transport.write(data)  # type: ignore[union-attr]  # set while ready
+        if self._ready and transport is not None and not transport.is_closing():
+            transport.write(data)
         elif not self._closed:
             self._held.append(data)  # a closing connection: for the next one
 

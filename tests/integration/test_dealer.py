@@ -188,16 +188,24 @@ async def test_router_heartbeats_are_answered(directory, ctx):
         router.close()
 
 
-async def test_a_peer_that_breaks_the_protocol_is_left_and_retried(directory):
-    """Not a ZMTP peer: the connection is dropped with the reason, and the Dealer tries again."""
-    path = directory / "bad.sock"
+@pytest.fixture
+def raw_server(directory) -> Iterator[tuple[str, socket.socket]]:
+    """A plain unix socket listening where a Dealer connects: a peer that is not libzmq."""
+    path = directory / "raw.sock"
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(path))
     server.listen()
     server.setblocking(False)
+    yield f"ipc://{path}", server
+    server.close()
+
+
+async def test_a_peer_that_breaks_the_protocol_is_left_and_retried(raw_server):
+    """Not a ZMTP peer: the connection is dropped with the reason, and the Dealer tries again."""
+    endpoint, server = raw_server
     loop = asyncio.get_running_loop()
     reasons: list[str] = []
-    dealer = Dealer(f"ipc://{path}", "agent", lambda frames: None, on_disconnect=reasons.append)
+    dealer = Dealer(endpoint, "agent", lambda frames: None, on_disconnect=reasons.append)
     dealer.start()
     try:
         for attempt in (1, 2):  # the first connection, then the retry
@@ -208,19 +216,14 @@ async def test_a_peer_that_breaks_the_protocol_is_left_and_retried(directory):
         assert all("ZMTP protocol error: the peer does not speak ZMTP" in r for r in reasons)
     finally:
         dealer.close()
-        server.close()
 
 
-async def test_a_message_before_the_handshake_is_a_protocol_error(directory):
-    path = directory / "bad.sock"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    server.listen()
-    server.setblocking(False)
+async def test_a_message_before_the_handshake_is_a_protocol_error(raw_server):
+    endpoint, server = raw_server
     loop = asyncio.get_running_loop()
     reasons: list[str] = []
     got: list[list[bytes]] = []
-    dealer = Dealer(f"ipc://{path}", "agent", got.append, on_disconnect=reasons.append)
+    dealer = Dealer(endpoint, "agent", got.append, on_disconnect=reasons.append)
     dealer.start()
     try:
         conn, _ = await loop.sock_accept(server)
@@ -231,7 +234,6 @@ async def test_a_message_before_the_handshake_is_a_protocol_error(directory):
         assert "a message before the handshake" in reasons[0]
     finally:
         dealer.close()
-        server.close()
 
 
 def test_only_ipc_endpoints_are_accepted():
