@@ -1,8 +1,10 @@
-"""ZMTP 3.1, ZeroMQ's wire protocol (rfc.zeromq.org/spec/37), as far as a DEALER needs it.
+"""ZMTP 3.1, ZeroMQ's wire protocol (rfc.zeromq.org/spec/37), as far as a DEALER and a ROUTER
+need it.
 
 The greeting, the NULL mechanism's READY handshake, message and command frames, and the PING
 a peer may send. `Reader` turns the bytes of a connection into messages and commands; the
-module-level functions build what we send. Nothing here does I/O (that is `ipc.dealer`).
+module-level functions build what we send. Nothing here does I/O: `ipc.dealer` and
+`ipc.router_socket` do.
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ def command(name: bytes, data: bytes = b"") -> bytes:
     return bytes((_COMMAND | _LONG,)) + len(body).to_bytes(8, "big") + body
 
 
-def ready(socket_type: bytes, identity: bytes) -> bytes:
-    """The NULL mechanism's READY, with the properties a ROUTER routes by."""
-    metadata = _property(b"Socket-Type", socket_type) + _property(b"Identity", identity)
+def ready(socket_type: bytes, identity: bytes | None = None) -> bytes:
+    """The NULL mechanism's READY: our socket type, and the identity a ROUTER routes by."""
+    metadata = _property(b"Socket-Type", socket_type)
+    if identity is not None:
+        metadata += _property(b"Identity", identity)
     return command(b"READY", metadata)
 
 

@@ -27,6 +27,7 @@ from goondan.paths import StatePaths, slug
 from ipc import messages as wire
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
+from ipc.router_socket import RouterSocket, Unroutable
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry, delete_instance
@@ -114,7 +115,9 @@ class Daemon:
         agents_endpoint = ipc_endpoint(self.paths.agents_socket)
         control_endpoint = ipc_endpoint(self.paths.control_socket)
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-        self.agents = Channel(bind_router(self._zmq, agents_endpoint), self._on_agent_frames)
+        self.agents = RouterSocket(
+            agents_endpoint, self._on_agent_frames, on_peer_error=self._agent_socket_error
+        )
         self.control = Channel(bind_router(self._zmq, control_endpoint), self._on_control_frames)
         launch_spec = LaunchSpec(
             self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root, self._agent_nice
@@ -369,7 +372,7 @@ class Daemon:
             return False
         try:
             self.agents.send([name.encode(), frame])
-        except zmq.ZMQError:  # EHOSTUNREACH: the process is gone, its exit is on the way
+        except Unroutable:  # the process is gone, its exit is on the way
             return False
         self.supervisor.set_busy(name, self.router.in_flight(name) > 0)
         return True
@@ -389,10 +392,14 @@ class Daemon:
         channel = self.agents if requester.channel == "agent" else self.control
         try:
             channel.send([requester.identity, frame])
-        except zmq.ZMQError:
+        except (Unroutable, zmq.ZMQError):
             self._log.info("requester gone; answer dropped", requester=requester.identity)
 
     # -- agents socket -----------------------------------------------------------------------
+
+    def _agent_socket_error(self, identity: bytes | None, reason: str) -> None:
+        peer = identity.decode(errors="replace") if identity is not None else None
+        self._log.warning("dropped a connection to agents.sock", peer=peer, reason=reason)
 
     def _on_agent_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
@@ -486,7 +493,7 @@ class Daemon:
     def _send_to_peer(self, identity: bytes, frame: bytes) -> None:
         try:
             self.agents.send([identity, frame])
-        except zmq.ZMQError:
+        except Unroutable:
             self._log.info("peer gone; message dropped", peer=identity.decode(errors="replace"))
 
     def _agent_ready(self, name: str) -> None:

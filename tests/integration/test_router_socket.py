@@ -1,0 +1,279 @@
+"""ipc.router_socket.RouterSocket against real libzmq DEALERs (with the options the orchestrator's
+peers use) and our own Dealer: the peers must see an ordinary ROUTER, and nothing sent may be
+lost or reordered."""
+
+import asyncio
+import os
+import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import zmq
+
+from ipc import zmtp
+from ipc.dealer import Dealer
+from ipc.endpoints import connect_dealer
+from ipc.router_socket import RouterSocket, Unroutable
+
+
+@pytest.fixture
+def directory() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="gr-"))  # short: unix socket paths max 107 bytes
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def endpoint(directory) -> str:
+    return f"ipc://{directory}/agents.sock"
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
+    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    yield context
+    context.destroy(linger=0)
+
+
+async def until(condition, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.005)
+
+
+async def receive(sock: zmq.Socket[bytes], count: int = 1) -> list[list[bytes]]:
+    """The next `count` messages a libzmq socket receives."""
+    got: list[list[bytes]] = []
+
+    def more() -> bool:
+        while len(got) < count:
+            try:
+                got.append(sock.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return False
+        return True
+
+    await until(more)
+    return got
+
+
+async def test_ten_thousand_messages_each_way_in_order(endpoint, ctx):
+    router_got: list[list[bytes]] = []
+
+    def on_frames(frames: list[bytes]) -> None:
+        router_got.append(frames)
+        router.send([frames[0], b"re:" + frames[1]])  # answer from inside the read callback
+
+    router = RouterSocket(endpoint, on_frames)
+    router.start()
+    dealer = connect_dealer(ctx, endpoint, "peer")
+    try:
+        count = 10_000
+        for i in range(count):
+            dealer.send(str(i).encode())
+        dealer_got = await receive(dealer, count)
+        assert router_got == [[b"peer", str(i).encode()] for i in range(count)]
+        assert dealer_got == [[b"re:" + str(i).encode()] for i in range(count)]
+    finally:
+        dealer.close(0)
+        router.close()
+
+
+async def test_multipart_and_large_messages_both_ways(endpoint, ctx):
+    big = bytes(range(256)) * 4096  # 1 MiB
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    dealer = connect_dealer(ctx, endpoint, "peer")
+    try:
+        dealer.send_multipart([b"head", b"", big])
+        await until(lambda: got)
+        assert got == [[b"peer", b"head", b"", big]]
+        router.send([b"peer", big, b"tail"])
+        assert await receive(dealer) == [[big, b"tail"]]
+    finally:
+        dealer.close(0)
+        router.close()
+
+
+async def test_an_unknown_or_departed_peer_is_unroutable(endpoint, ctx):
+    """ROUTER_MANDATORY: the caller learns at once that nobody will get the message."""
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    with pytest.raises(Unroutable):
+        router.send([b"nobody", b"hello"])
+    dealer = connect_dealer(ctx, endpoint, "agent")
+    try:
+        dealer.send(b"here")
+        await until(lambda: got)
+        router.send([b"agent", b"fine"])
+        dealer.close(0)  # the agent exits
+        await until(lambda: router.peers == 0)
+        with pytest.raises(Unroutable):
+            router.send([b"agent", b"too late"])
+    finally:
+        dealer.close(0)
+        router.close()
+
+
+async def test_a_second_peer_with_the_same_identity_takes_over(endpoint, ctx):
+    """ROUTER_HANDOVER: a respawned agent gets the traffic for its name at once, and the old
+    connection is closed."""
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    reasons: list[str] = []
+    old = Dealer(endpoint, "agent", lambda frames: None, on_disconnect=reasons.append)
+    old.start()
+    new = connect_dealer(ctx, endpoint, "agent")
+    try:
+        old.send([b"old"])
+        await until(lambda: len(got) == 1)
+        new.send(b"new")
+        await until(lambda: len(got) == 2)
+        router.send([b"agent", b"for the new one"])
+        assert await receive(new) == [[b"for the new one"]]
+        await until(lambda: reasons)  # the router closed the old connection
+        assert got == [[b"agent", b"old"], [b"agent", b"new"]]
+    finally:
+        old.close()
+        new.close(0)
+        router.close()
+
+
+async def test_a_peer_without_an_identity_gets_one_and_its_answers(endpoint, ctx):
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(endpoint)
+    try:
+        dealer.send(b"who am I")
+        await until(lambda: got)
+        [[identity, body]] = got
+        assert body == b"who am I" and identity.startswith(b"\0") and len(identity) == 5
+        router.send([identity, b"you are " + identity.hex().encode()])
+        assert await receive(dealer) == [[b"you are " + identity.hex().encode()]]
+    finally:
+        dealer.close(0)
+        router.close()
+
+
+async def test_heartbeating_peers_stay_connected(endpoint, ctx):
+    """A DEALER with ZMTP heartbeats drops a ROUTER that does not answer its PINGs."""
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.setsockopt(zmq.IDENTITY, b"agent")
+    dealer.setsockopt(zmq.HEARTBEAT_IVL, 30)
+    dealer.setsockopt(zmq.HEARTBEAT_TIMEOUT, 90)
+    dealer.connect(endpoint)
+    try:
+        dealer.send(b"hello")
+        await until(lambda: got)
+        await asyncio.sleep(0.5)  # many heartbeat timeouts long
+        router.send([b"agent", b"still there"])
+        assert await receive(dealer) == [[b"still there"]]
+        assert router.peers == 1
+    finally:
+        dealer.close(0)
+        router.close()
+
+
+async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpoint, ctx):
+    errors: list[tuple[bytes | None, str]] = []
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append, on_peer_error=lambda i, r: errors.append((i, r)))
+    router.start()
+    good = connect_dealer(ctx, endpoint, "good")
+    loop = asyncio.get_running_loop()
+    path = endpoint.removeprefix("ipc://")
+    cases = [
+        (b"GET / HTTP/1.1\r\n".ljust(64, b" "), "the peer does not speak ZMTP"),
+        (zmtp.GREETING + zmtp.message([b"too soon"]), "a message before the handshake"),
+        (zmtp.GREETING + b"\x04\x05\x09READY", "malformed command frame"),
+    ]
+    try:
+        for data, reason in cases:
+            bad = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            bad.setblocking(False)
+            await loop.sock_connect(bad, path)
+            await loop.sock_sendall(bad, data)
+            await until(lambda reason=reason: any(reason in r for _, r in errors))
+            assert await loop.sock_recv(bad, 1024) is not None  # ours came; then it is closed
+            bad.close()
+        assert [i for i, _ in errors] == [None, None, None]
+        good.send(b"unharmed")
+        await until(lambda: got)
+        assert got == [[b"good", b"unharmed"]]
+    finally:
+        good.close(0)
+        router.close()
+
+
+async def test_what_is_sent_before_close_is_still_delivered(endpoint, ctx):
+    """The daemon's last words (shutdown, final answers) go out although it closes at once."""
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    dealer = connect_dealer(ctx, endpoint, "agent")
+    try:
+        dealer.send(b"hello")
+        await until(lambda: got)
+        for i in range(100):
+            router.send([b"agent", str(i).encode()])
+        router.close()
+        assert await receive(dealer, 100) == [[str(i).encode()] for i in range(100)]
+    finally:
+        dealer.close(0)
+
+
+async def test_the_socket_file_is_private_replaces_a_stale_one_and_goes_at_close(directory):
+    path = directory / "agents.sock"
+    path.write_bytes(b"a stale file from a dead daemon")
+    router = RouterSocket(f"ipc://{path}", lambda frames: None)
+    router.start()
+    try:
+        mode = os.stat(path).st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    finally:
+        router.close()
+    assert not path.exists()
+
+
+async def test_our_dealer_sends_before_the_router_listens_and_nothing_is_lost(endpoint):
+    dealer_got: list[list[bytes]] = []
+    dealer = Dealer(endpoint, "early", dealer_got.append)
+    dealer.start()
+    for i in range(100):
+        dealer.send([str(i).encode()])
+    await asyncio.sleep(0.3)  # several connection attempts fail meanwhile
+    got: list[list[bytes]] = []
+
+    def on_frames(frames: list[bytes]) -> None:
+        got.append(frames)
+        router.send([frames[0], b"ok " + frames[1]])
+
+    router = RouterSocket(endpoint, on_frames)
+    router.start()
+    try:
+        await until(lambda: len(dealer_got) == 100)
+        assert got == [[b"early", str(i).encode()] for i in range(100)]
+        assert dealer_got == [[b"ok " + str(i).encode()] for i in range(100)]
+    finally:
+        dealer.close()
+        router.close()
+
+
+def test_only_ipc_endpoints_are_accepted():
+    with pytest.raises(ValueError, match="ipc://"):
+        RouterSocket("tcp://127.0.0.1:5555", lambda frames: None)
