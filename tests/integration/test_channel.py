@@ -1,23 +1,11 @@
 """ipc.Channel over real ZeroMQ sockets: nothing lost, order kept, even past the high-water mark."""
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 import zmq
 
 from ipc.channel import Channel
 from ipc.endpoints import bind_router, connect_dealer
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gi-"))  # short: unix socket paths max 107 bytes
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 async def test_ten_thousand_messages_each_way_in_order(directory):

@@ -2,11 +2,8 @@
 see an ordinary DEALER, and nothing sent may be lost or reordered across (re)connections."""
 
 import asyncio
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import zmq
@@ -15,29 +12,7 @@ from ipc import zmtp
 from ipc.channel import Channel
 from ipc.dealer import Dealer
 from ipc.endpoints import bind_router
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gd-"))  # short: unix socket paths max 107 bytes
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    yield context
-    context.term()
-
-
-async def until(condition, timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.005)
+from tests.integration.waiting import until
 
 
 async def test_ten_thousand_messages_each_way_in_order(directory, ctx):

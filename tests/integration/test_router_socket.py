@@ -4,12 +4,10 @@ lost or reordered."""
 
 import asyncio
 import os
-import shutil
 import socket
 import stat
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
+from typing import NamedTuple
 
 import pytest
 import zmq
@@ -18,13 +16,7 @@ from ipc import zmtp
 from ipc.dealer import Dealer
 from ipc.endpoints import connect_dealer
 from ipc.router_socket import RouterSocket, Unroutable
-
-
-@pytest.fixture
-def directory() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="gr-"))  # short: unix socket paths max 107 bytes
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+from tests.integration.waiting import until
 
 
 @pytest.fixture
@@ -32,20 +24,19 @@ def endpoint(directory) -> str:
     return f"ipc://{directory}/agents.sock"
 
 
+class Listening(NamedTuple):
+    router: RouterSocket
+    got: list[list[bytes]]  # what it received, `[identity, *frames]` each
+
+
 @pytest.fixture
-def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
-    context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
-    yield context
-    context.destroy(linger=0)
-
-
-async def until(condition, timeout_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not condition():
-        if loop.time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.005)
+async def listening(endpoint) -> AsyncIterator[Listening]:
+    """A started router that keeps what it receives."""
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    yield Listening(router, got)
+    router.close()
 
 
 async def receive(sock: zmq.Socket[bytes], count: int = 1) -> list[list[bytes]]:
@@ -86,11 +77,9 @@ async def test_ten_thousand_messages_each_way_in_order(endpoint, ctx):
         router.close()
 
 
-async def test_multipart_and_large_messages_both_ways(endpoint, ctx):
+async def test_multipart_and_large_messages_both_ways(endpoint, listening, ctx):
     big = bytes(range(256)) * 4096  # 1 MiB
-    got: list[list[bytes]] = []
-    router = RouterSocket(endpoint, got.append)
-    router.start()
+    router, got = listening
     dealer = connect_dealer(ctx, endpoint, "peer")
     try:
         dealer.send_multipart([b"head", b"", big])
@@ -100,14 +89,11 @@ async def test_multipart_and_large_messages_both_ways(endpoint, ctx):
         assert await receive(dealer) == [[big, b"tail"]]
     finally:
         dealer.close(0)
-        router.close()
 
 
-async def test_an_unknown_or_departed_peer_is_unroutable(endpoint, ctx):
+async def test_an_unknown_or_departed_peer_is_unroutable(endpoint, listening, ctx):
     """ROUTER_MANDATORY: the caller learns at once that nobody will get the message."""
-    got: list[list[bytes]] = []
-    router = RouterSocket(endpoint, got.append)
-    router.start()
+    router, got = listening
     with pytest.raises(Unroutable):
         router.send([b"nobody", b"hello"])
     dealer = connect_dealer(ctx, endpoint, "agent")
@@ -121,15 +107,12 @@ async def test_an_unknown_or_departed_peer_is_unroutable(endpoint, ctx):
             router.send([b"agent", b"too late"])
     finally:
         dealer.close(0)
-        router.close()
 
 
-async def test_a_second_peer_with_the_same_identity_takes_over(endpoint, ctx):
+async def test_a_second_peer_with_the_same_identity_takes_over(endpoint, listening, ctx):
     """ROUTER_HANDOVER: a respawned agent gets the traffic for its name at once, and the old
     connection is closed."""
-    got: list[list[bytes]] = []
-    router = RouterSocket(endpoint, got.append)
-    router.start()
+    router, got = listening
     reasons: list[str] = []
     old = Dealer(endpoint, "agent", lambda frames: None, on_disconnect=reasons.append)
     old.start()
@@ -146,13 +129,10 @@ async def test_a_second_peer_with_the_same_identity_takes_over(endpoint, ctx):
     finally:
         old.close()
         new.close(0)
-        router.close()
 
 
-async def test_a_peer_without_an_identity_gets_one_and_its_answers(endpoint, ctx):
-    got: list[list[bytes]] = []
-    router = RouterSocket(endpoint, got.append)
-    router.start()
+async def test_a_peer_without_an_identity_gets_one_and_its_answers(endpoint, listening, ctx):
+    router, got = listening
     dealer = ctx.socket(zmq.DEALER)
     dealer.connect(endpoint)
     try:
@@ -164,14 +144,11 @@ async def test_a_peer_without_an_identity_gets_one_and_its_answers(endpoint, ctx
         assert await receive(dealer) == [[b"you are " + identity.hex().encode()]]
     finally:
         dealer.close(0)
-        router.close()
 
 
-async def test_heartbeating_peers_stay_connected(endpoint, ctx):
+async def test_heartbeating_peers_stay_connected(endpoint, listening, ctx):
     """A DEALER with ZMTP heartbeats drops a ROUTER that does not answer its PINGs."""
-    got: list[list[bytes]] = []
-    router = RouterSocket(endpoint, got.append)
-    router.start()
+    router, got = listening
     dealer = ctx.socket(zmq.DEALER)
     dealer.setsockopt(zmq.IDENTITY, b"agent")
     dealer.setsockopt(zmq.HEARTBEAT_IVL, 30)
@@ -186,7 +163,6 @@ async def test_heartbeating_peers_stay_connected(endpoint, ctx):
         assert router.peers == 1
     finally:
         dealer.close(0)
-        router.close()
 
 
 async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpoint, ctx):
@@ -220,18 +196,15 @@ async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpo
         router.close()
 
 
-async def test_what_is_sent_before_close_is_still_delivered(endpoint, ctx):
+async def test_what_is_sent_before_close_is_still_delivered(endpoint, listening, ctx):
     """The daemon's last words (shutdown, final answers) go out although it closes at once."""
-    got: list[list[bytes]] = []
-    router = RouterSocket(endpoint, got.append)
-    router.start()
+    router, got = listening
     dealer = connect_dealer(ctx, endpoint, "agent")
     try:
         dealer.send(b"hello")
         await until(lambda: got)
         for i in range(100):
             router.send([b"agent", str(i).encode()])
-        router.close()
         assert await receive(dealer, 100) == [[str(i).encode()] for i in range(100)]
     finally:
         dealer.close(0)
