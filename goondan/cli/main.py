@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from orchestrator.launcher import AGENT_NICE
+
 DESCRIPTION = """\
 Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ between them.
 
@@ -91,9 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--agent-nice",
         type=_nice,
-        default=3,
+        default=AGENT_NICE,
         metavar="N",
-        help="run agents N steps lower in CPU priority than the daemon, 0 to 19 (default: 3), "
+        help="run agents N steps lower in CPU priority than the daemon, 0 to 19 "
+        "(default: %(default)s), "
         "so routing, heartbeats and the control socket get their turn while agents compute",
     )
     p.add_argument(
