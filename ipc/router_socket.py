@@ -184,7 +184,7 @@ class _Peer(asyncio.Protocol):
             self._router._on_frames(frames)
         except Exception as exc:  # a bug in the handler must not cost the peer its connection
             asyncio.get_running_loop().call_exception_handler(
-                {"message": "agents.sock: handling a message failed", "exception": exc}
+                {"message": f"{self._router.path}: handling a message failed", "exception": exc}
             )
 
     def _on_command(self, name: bytes, data: bytes) -> None:
