@@ -196,6 +196,32 @@ async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpo
         router.close()
 
 
+async def test_a_failing_handler_costs_the_peer_nothing(endpoint, ctx):
+    got: list[list[bytes]] = []
+    errors: list[dict[str, object]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+
+    def on_frames(frames: list[bytes]) -> None:
+        if frames[1] == b"boom":
+            raise RuntimeError("a bug in the handler")
+        got.append(frames)
+
+    router = RouterSocket(endpoint, on_frames)
+    router.start()
+    dealer = connect_dealer(ctx, endpoint, "agent")
+    try:
+        dealer.send(b"boom")
+        dealer.send(b"after")
+        await until(lambda: got)
+        assert got == [[b"agent", b"after"]]
+        assert [str(e["exception"]) for e in errors] == ["a bug in the handler"]
+        router.send([b"agent", b"still connected"])
+        assert await receive(dealer) == [[b"still connected"]]
+    finally:
+        dealer.close(0)
+        router.close()
+
+
 async def test_what_is_sent_before_close_is_still_delivered(endpoint, listening, ctx):
     """The daemon's last words (shutdown, final answers) go out although it closes at once."""
     router, got = listening
