@@ -377,8 +377,8 @@ class AgentProcess:
     async def _heartbeat(self) -> None:
         """Say the loop is alive when nothing else did: the orchestrator takes any frame from
         the agent as a sign of life, so an agent that answered within the interval sends no
-        heartbeat (each one wakes the orchestrator's two threads: at 200 busy agents, 200 times
-        a second for nothing)."""
+        heartbeat (each one wakes the orchestrator: at 200 busy agents, 200 times a second for
+        nothing)."""
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)

@@ -119,8 +119,7 @@ class Dealer:
             if self._transport is not None:
                 self._transport.write(zmtp.pong(data))
         elif name == b"ERROR":
-            reason = data[1 : 1 + data[0]].decode(errors="replace") if data else ""
-            raise zmtp.ProtocolError(f"the peer refused us: {reason}")
+            raise zmtp.refusal(data)
         # PONG, SUBSCRIBE, ...: nothing a DEALER needs
 
     def _lost(self, reason: str) -> None:

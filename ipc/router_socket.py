@@ -65,11 +65,13 @@ class RouterSocket:
         self._to_flush: list[_Peer] = []  # peers with messages in their outbox
         self._server: asyncio.AbstractServer | None = None
         self._starting: asyncio.Task[asyncio.AbstractServer] | None = None
+        self._loop: asyncio.AbstractEventLoop  # set by `start`, before any peer can connect
         self._closed = False
         self._sock = _bind(self.path)  # connections wait in the backlog until `start`
 
     def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        # kept: CPython 3.11's get_running_loop() makes a getpid() system call each time
+        self._loop = loop = asyncio.get_running_loop()
         serve = loop.create_unix_server(lambda: _Peer(self), sock=self._sock, backlog=BACKLOG)
         self._starting = loop.create_task(serve)
         self._starting.add_done_callback(self._started)
@@ -87,7 +89,7 @@ class RouterSocket:
             raise Unroutable(frames[0])
         if not peer.outbox:
             if not self._to_flush:
-                asyncio.get_running_loop().call_soon(self._flush)
+                self._loop.call_soon(self._flush)
             self._to_flush.append(peer)
         peer.outbox.append(zmtp.message(frames[1:]))
 
@@ -198,8 +200,7 @@ class _Peer(asyncio.Protocol):
         elif name == b"PING":
             self.transport.write(zmtp.pong(data))
         elif name == b"ERROR":
-            reason = data[1 : 1 + data[0]].decode(errors="replace") if data else ""
-            raise zmtp.ProtocolError(f"the peer refused us: {reason}")
+            raise zmtp.refusal(data)
         # PONG and the rest: nothing a ROUTER needs
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -85,6 +85,12 @@ def _property(name: bytes, value: bytes) -> bytes:
     return bytes((len(name),)) + name + len(value).to_bytes(4, "big") + value
 
 
+def refusal(error_data: bytes) -> ProtocolError:
+    """What a peer's ERROR command says, as the error that ends the connection."""
+    reason = error_data[1 : 1 + error_data[0]].decode(errors="replace") if error_data else ""
+    return ProtocolError(f"the peer refused us: {reason}")
+
+
 def check_greeting(greeting: bytes) -> None:
     if greeting[0] != 0xFF or not greeting[9] & 0x01:
         raise ProtocolError("the peer does not speak ZMTP (bad signature)")

@@ -193,7 +193,16 @@ async def test_a_peer_that_breaks_the_protocol_is_left_and_retried(raw_server):
         dealer.close()
 
 
-async def test_a_message_before_the_handshake_is_a_protocol_error(raw_server):
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (zmtp.message([b"too soon"]), "a message before the handshake"),
+        (zmtp.command(b"ERROR", b"\x0dbad mechanism"), "the peer refused us: bad mechanism"),
+    ],
+)
+async def test_a_peer_that_breaks_off_the_handshake_is_left_with_the_reason(
+    raw_server, data, reason
+):
     endpoint, server = raw_server
     loop = asyncio.get_running_loop()
     reasons: list[str] = []
@@ -202,11 +211,11 @@ async def test_a_message_before_the_handshake_is_a_protocol_error(raw_server):
     dealer.start()
     try:
         conn, _ = await loop.sock_accept(server)
-        conn.sendall(zmtp.GREETING + zmtp.message([b"too soon"]))
+        conn.sendall(zmtp.GREETING + data)
         await until(lambda: reasons)
         conn.close()
         assert got == []
-        assert "a message before the handshake" in reasons[0]
+        assert reason in reasons[0]
     finally:
         dealer.close()
 

@@ -177,6 +177,7 @@ async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpo
         (b"GET / HTTP/1.1\r\n".ljust(64, b" "), "the peer does not speak ZMTP"),
         (zmtp.GREETING + zmtp.message([b"too soon"]), "a message before the handshake"),
         (zmtp.GREETING + b"\x04\x05\x09READY", "malformed command frame"),
+        (zmtp.GREETING + zmtp.command(b"ERROR", b"\x0dbad mechanism"), "refused us: bad mechanism"),
     ]
     try:
         for data, reason in cases:
@@ -187,7 +188,7 @@ async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpo
             await until(lambda reason=reason: any(reason in r for _, r in errors))
             assert await loop.sock_recv(bad, 1024) is not None  # ours came; then it is closed
             bad.close()
-        assert [i for i, _ in errors] == [None, None, None]
+        assert [i for i, _ in errors] == [None, None, None, None]
         good.send(b"unharmed")
         await until(lambda: got)
         assert got == [[b"good", b"unharmed"]]

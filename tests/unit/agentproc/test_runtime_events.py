@@ -7,8 +7,10 @@ import asyncio
 import random
 import re
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -84,12 +86,25 @@ def batch_due_after_100ms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "uniform", lambda low, high: low)
 
 
-@pytest.mark.usefixtures("batch_due_after_100ms")
-async def test_a_busy_instance_writes_its_batch_after_a_turn_once_it_is_due(
-    tmp_path: Path,
-) -> None:
+class Batched(NamedTuple):
+    batches: Batches
+    log: RuntimeEventLog
+
+
+@pytest.fixture
+def batched(tmp_path: Path) -> Iterator[Batched]:
+    """A log in `tmp_path` with its own `Batches` (an agent's logs share one); closed after."""
     batches = Batches()
     log = RuntimeEventLog(tmp_path, batches)
+    yield Batched(batches, log)
+    log.close()
+
+
+@pytest.mark.usefixtures("batch_due_after_100ms")
+async def test_a_busy_instance_writes_its_batch_after_a_turn_once_it_is_due(
+    tmp_path: Path, batched: Batched
+) -> None:
+    batches, log = batched
     log.emit(_event("turn.started"))
     log.emit(_event("turn.completed"))
     batches.write_due()
@@ -100,7 +115,6 @@ async def test_a_busy_instance_writes_its_batch_after_a_turn_once_it_is_due(
     assert _written(tmp_path) == []  # events alone do not write a due batch
     batches.write_due()
     assert _written(tmp_path) == ["turn.started", "turn.completed"] * 2
-    log.close()
 
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
@@ -146,10 +160,9 @@ def test_events_without_an_event_loop_are_written_at_once(tmp_path: Path) -> Non
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
 async def test_a_batch_written_early_does_not_make_the_next_one_due_at_its_time(
-    tmp_path: Path,
+    tmp_path: Path, batched: Batched
 ) -> None:
-    batches = Batches()
-    log = RuntimeEventLog(tmp_path, batches)
+    batches, log = batched
     log.emit(_event("turn.started"))  # due at 0.1 s
     log.emit(_event("tool.called"))  # written at once, with what was held
     await asyncio.sleep(0.05)
@@ -160,4 +173,3 @@ async def test_a_batch_written_early_does_not_make_the_next_one_due_at_its_time(
     await asyncio.sleep(0.05)
     batches.write_due()
     assert _written(tmp_path) == ["turn.started", "tool.called", "tool.completed"]
-    log.close()
