@@ -26,6 +26,7 @@ import uvloop  # noqa: F401
 
 import agentproc.main  # (and, through it, the whole agent runtime)
 import agentproc.providers.scripted  # noqa: F401
+from agentproc.fresh_pools import fill_partial_pools
 from agentproc.rehearsal import rehearse
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
@@ -99,6 +100,7 @@ def serve() -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd sees it
     gc.collect()
+    _filler = fill_partial_pools()  # alive as long as this frame: in the children too
     gc.freeze()  # keep the shared pages clean: gc passes would otherwise dirty them
     _write(stdout, {"ready": os.getpid()})
     buffer = b""
