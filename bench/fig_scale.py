@@ -12,6 +12,12 @@ their delegates are checked for losses too but not timed. Lost = sent minus answ
 answer at all, or an error answer; the note splits them). Baseline: the same driver and waves
 through the bare broker to 200 bare agents.
 
+The agents' CPU time over the measured waves (user and kernel, from /proc) is reported per
+delegate beside the bare agents': the kernel share tells a run that paid for the filesystem
+(on ext4 without a journal, creating a conversation's directory and files costs ten times its
+usual for some minutes after thousands of files were deleted, as the bench's last exit did)
+from a run that did not.
+
 A third arm splits the product's p99: the real orchestrator with the 200 bare agents (connected
 to `agents.sock`, saying `ready`), so routing's share and the agents' turns' share can be read
 apart, as in figure 1.
@@ -25,7 +31,7 @@ from typing import Any
 from bench import baselines, product
 from bench.driver import Driver, WaveResult
 from bench.harness import Row, log, percentile, summary
-from bench.procs import Procs, short_tmpdir, wait_for_quiet_disk
+from bench.procs import Procs, cpu_seconds, short_tmpdir, wait_for_quiet_disk
 
 NAME = "scale"
 P99_GOAL_MS = 50.0
@@ -47,7 +53,9 @@ def _payloads(names: list[str], wave: int, timeout_ms: int = 60_000) -> list[tup
     ]
 
 
-def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any]:
+def _waves(drv: Driver, names: list[str], waves: int, tag: str, pids: list[int]) -> dict[str, Any]:
+    """The warm-up and measured waves; `pids` are the agents' processes, whose CPU time over
+    the measured waves is reported per delegate."""
     warm = WaveResult()
     for wave in range(WARMUP_WAVES):
         result = drv.wave(_payloads(names, wave), WAVE_TIMEOUT_S)
@@ -55,6 +63,7 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
     warmup = {"sent": WARMUP_WAVES * len(names), "completed": warm.ok}
     total = WaveResult()
     sent = 0
+    user_before, system_before = cpu_seconds(pids)
     started = time.monotonic()
     requests = [_payloads(names, WARMUP_WAVES + wave) for wave in range(waves)]
     for wave in range(waves):
@@ -70,6 +79,9 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
             total.errors[code] = total.errors.get(code, 0) + count
         if (wave + 1) % 10 == 0:
             log(f"scale: {tag}: {wave + 1}/{waves} waves")
+    seconds = time.monotonic() - started
+    user, system = cpu_seconds(pids)
+    per_delegate_us = 1e6 / max(sent, 1)
     ms = [x * 1000 for x in total.latencies_s]
     return {
         "sent": sent,
@@ -80,12 +92,14 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str) -> dict[str, Any
         "warmup": warmup,
         "latencyMs": summary(ms),
         "p99": percentile(ms, 99),
-        "seconds": time.monotonic() - started,
+        "seconds": seconds,
+        "agentsUserUs": (user - user_before) * per_delegate_us,
+        "agentsSystemUs": (system - system_before) * per_delegate_us,
     }
 
 
 def _product(names: list[str], waves: int) -> dict[str, Any]:
-    with product.driven_run(["driver", *names], names[0], stop_timeout_s=60) as (_, _, drv):
+    with product.driven_run(["driver", *names], names[0], stop_timeout_s=60) as (_, daemon, drv):
         log(f"scale: product: starting {len(names)} agents")
         started = time.monotonic()
         # in the conversations the first wave goes on with
@@ -98,7 +112,8 @@ def _product(names: list[str], waves: int) -> dict[str, Any]:
         }
         if first.ok != len(names):
             log(f"scale: product: only {first.ok}/{len(names)} agents answered")
-        result = _waves(drv, names, waves, "product")
+        pids = [pid for name, pid in daemon.agent_pids().items() if name in names]
+        result = _waves(drv, names, waves, "product", pids)
         result["startup"] = startup
     return result
 
@@ -111,10 +126,11 @@ def _orchestrator_only(names: list[str], waves: int) -> dict[str, Any]:
     ):
         log(f"scale: real orchestrator: starting {len(names)} bare agents")
         reply = product.result_payload("w", "ping", "k0")
-        baselines.start_agents(procs, daemon.agents_endpoint, names, reply, "--product")
+        agents = baselines.start_agents(procs, daemon.agents_endpoint, names, reply, "--product")
         if not daemon.wait_status(names, {"idle", "processing"}, 60):
             raise RuntimeError("the orchestrator did not take every bare agent's `ready`")
-        return _waves(drv, names, waves, "real orchestrator + bare agents")
+        pids = [agent.pid for agent in agents]
+        return _waves(drv, names, waves, "real orchestrator + bare agents", pids)
 
 
 def _bare(names: list[str], waves: int) -> dict[str, Any]:
@@ -124,14 +140,18 @@ def _bare(names: list[str], waves: int) -> dict[str, Any]:
         log(f"scale: bare: starting {len(names)} agents")
         started = time.monotonic()
         reply = product.result_payload("w", "ping", "k0")
-        baselines.start_agents(procs, endpoint, names, reply)
+        agents = baselines.start_agents(procs, endpoint, names, reply)
         with Driver(endpoint, "driver") as drv:
             payload = product.delegate_payload("ping", "start", "driver")
             baselines.wait_routable(drv, names, payload, timeout_s=60)
             startup = {"seconds": time.monotonic() - started, "answered": len(names)}
-            result = _waves(drv, names, waves, "bare")
+            result = _waves(drv, names, waves, "bare", [agent.pid for agent in agents])
             result["startup"] = startup
     return result
+
+
+def _cpu(arm: dict[str, Any]) -> str:
+    return f"{arm['agentsUserUs']:.0f} us user + {arm['agentsSystemUs']:.0f} us kernel"
 
 
 def run(quick: bool) -> list[Row]:
@@ -189,8 +209,9 @@ def run(quick: bool) -> list[Row]:
             goal=f"<= {P99_GOAL_MS:g} ms",
             judge=lambda p, b, r: p <= P99_GOAL_MS,
             note=f"p50 {prod['latencyMs'].get('p50', float('nan')):.1f} ms "
-            f"(bare {bare['latencyMs'].get('p50', float('nan')):.1f} ms); a new file "
-            f"{create_us:.0f} us of CPU at the start (waited {waited:.0f} s for it)",
+            f"(bare {bare['latencyMs'].get('p50', float('nan')):.1f} ms); agents' CPU per "
+            f"delegate {_cpu(prod)} (bare {_cpu(bare)}); a new file {create_us:.0f} us of CPU "
+            f"at the start (waited {waited:.0f} s for it)",
         ),
         Row(
             f"7 scale p99, real orchestrator + {agents} bare agents",

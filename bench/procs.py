@@ -139,6 +139,21 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(user, system) CPU seconds the processes have used so far, from /proc/PID/stat (those
+    gone are left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    user = system = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        user += int(fields[11])
+        system += int(fields[12])
+    return user / tick, system / tick
+
+
 def descendants(root_pid: int) -> list[int]:
     """Every live process below `root_pid` (children, grandchildren...)."""
     children: dict[int, list[int]] = {}
