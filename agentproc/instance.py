@@ -2,9 +2,11 @@
 
     <state-root>/swarms/<swarm>/instances/<instanceKey>/<agent>/
         base.jsonl, events.jsonl     the conversation (event sourced)
-        runtime-events.jsonl         turn / step / tool events, for `goondan logs`
         extensions/<name>.json       extension state
         pending-tools.json           long-running tool calls not yet in the conversation
+
+Its turn / step / tool events go to the agent's runtime event log (`runtime_events`), shared
+by the instances of the process.
 
 The inbox holds messages that arrived between steps (async agent responses, tool
 completions); the loop adds them to the conversation before its next step or turn.
@@ -20,7 +22,7 @@ from agentproc.conversation import Conversation
 from agentproc.extension_state import ExtensionStateStore
 from agentproc.messages import Message
 from agentproc.pending import PendingJobs
-from agentproc.runtime_events import Batches, RuntimeEventLog
+from agentproc.runtime_events import RuntimeEventLog
 
 INBOX_LIMIT = 256  # messages waiting for an instance's next step
 
@@ -33,15 +35,16 @@ class Instance:
         *,
         workdir: Path | None = None,
         fsync_events: bool = False,
-        batches: Batches | None = None,
+        events: RuntimeEventLog | None = None,
     ) -> None:
-        """`batches`: shared by the instances of one process, so a turn writes every due
-        batch of runtime events (see `runtime_events`)."""
+        """`events`: the agent process's runtime event log; without one (an instance on its
+        own, as in tests), a log in the instance's directory."""
         self.key = key
         self.directory = directory
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
         self.conversation = Conversation(directory, fsync_events=fsync_events)
-        self.events = RuntimeEventLog(directory, batches)
+        self._own_events = events is None
+        self.events = RuntimeEventLog(directory) if events is None else events
         self.state = ExtensionStateStore(directory / "extensions")
         self.jobs = PendingJobs(directory, self.deliver)
         self._inbox: list[Message] = []
@@ -86,4 +89,5 @@ class Instance:
             self.state.save()
             self.conversation.sync()
         self.conversation.close()
-        self.events.close()
+        if self._own_events:
+            self.events.close()

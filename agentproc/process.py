@@ -16,7 +16,7 @@ from agentproc.instance import Instance
 from agentproc.instances import InstanceQueues
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
-from agentproc.runtime_events import Batches, new_trace_id
+from agentproc.runtime_events import RuntimeEventLog, new_trace_id
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import StatePaths
 from ipc import messages as wire
@@ -87,7 +87,7 @@ class AgentProcess:
         self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(self._run_job)
         self._instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first
         self._max_loaded = max_loaded_instances
-        self._event_batches = Batches()
+        self.events = RuntimeEventLog(self._dirs.agent_dir(self.name))  # every instance's
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
@@ -197,7 +197,7 @@ class AgentProcess:
             directory,
             workdir=self._dirs.workdir(key),
             fsync_events=self.durability == "fsync",
-            batches=self._event_batches,
+            events=self.events,
         ).load()
         if len(self._instances) > self._max_loaded:
             self._unload_least_recent()
@@ -290,7 +290,7 @@ class AgentProcess:
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
-        self._event_batches.write_due()  # of every instance: after the answer
+        self.events.write_if_due()  # after the answer
 
     def _updates_for(self, job: Job) -> UpdateSink | None:
         """Streamed text and tool progress go to the requester, under the request's id."""
@@ -350,6 +350,7 @@ class AgentProcess:
                 pass
         for instance in self._instances.values():
             instance.close()
+        self.events.close()
         self.definition.executor.close()
         if self._shutdown is not None:
             self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))

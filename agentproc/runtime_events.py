@@ -1,20 +1,24 @@
-"""Runtime events (observability, never replayed): one JSON line per event, per instance.
+"""Runtime events (observability, never replayed): one JSON line per event, one file per agent
+(every instance's events, each carrying its `instanceKey`):
 
-    <state-root>/swarms/<swarm>/instances/<instanceKey>/<agent>/runtime-events.jsonl
+    <state-root>/swarms/<swarm>/agents/<agent>/runtime-events.jsonl
+
+One file per agent, not per instance: a new conversation then costs its directory and its
+`events.jsonl`, not a third inode (on ext4 without a journal, right after a mass deletion, an
+inode costs up to ~1 ms), an agent holds one file open, not one per loaded instance, and
+`goondan logs -f` follows as many files as there are agents.
 
 Types: turn.started, turn.completed, turn.failed, step.started, step.completed, step.failed,
 tool.called, tool.completed, tool.failed (and tool.progress). Trace context follows
 OpenTelemetry's shape: `traceId` (32 hex) is kept across agents via IPC; `spanId` (16 hex)
 with `parentSpanId` forms turn -> step -> tool. `goondan logs` reads these files. A file past
-ROTATE_BYTES becomes `runtime-events.jsonl.1` (replacing the one before): an instance used for
-months keeps at most two files of events.
+ROTATE_BYTES becomes `runtime-events.jsonl.1` (replacing the one before): an agent running for
+months keeps at most two files of events. Deleting an instance leaves its events in the log.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import os
 import random
 import time
@@ -88,56 +92,23 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # Runtime events are written in batches, as OpenTelemetry's batch span processor exports
 # spans: a write per turn would cost as much as a short turn. A batch is due FLUSH_AFTER_S
 # after its first event (a random half to whole of it, so that agents busy with the same wave
-# of work do not all write in the same moment). The logs of one agent process share a
-# `Batches`: once a turn has answered, every due batch of the process is written, in the
-# wake-up the turn has anyway (`Batches.write_due`), its own instance's and those of
-# instances that went quiet since. A timer of their own would wake the process once more per
-# quiet instance, which at 200 agents on 2 cores costs more than the write; the timer,
-# FLUSH_AFTER_S after a batch is due, is for a process with no turn at all by then. A batch
-# also goes out at once when it holds FLUSH_EVENTS, before a tool runs (which may take the
-# process down: the evidence is on disk first), on a failure, and at close. Events are
-# encoded when written, all at once (their data is built for them and never changed).
+# of work do not all write in the same moment). Once a turn has answered, a due batch is
+# written in the wake-up the turn has anyway (`write_if_due`); the timer, FLUSH_AFTER_S after
+# the batch is due, is for a process with no turn by then (at 200 agents on 2 cores a wake-up
+# of its own would cost more than the write). A batch also goes out at once when it holds
+# FLUSH_EVENTS, before a tool runs (which may take the process down: the evidence is on disk
+# first), on a failure, and at close. Events are encoded when written, all at once (their data
+# is built for them and never changed).
 FLUSH_AFTER_S = 1.0
 FLUSH_EVENTS = 256
 _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 
 
-class Batches:
-    """The logs of one agent process that hold events not yet written, by when they are due:
-    a heap, so a turn finds the due ones without looking at every log an agent holds."""
-
-    def __init__(self) -> None:
-        # (due, order, log); an entry whose log has written (or re-held) since is stale
-        self._due: list[tuple[float, int, RuntimeEventLog]] = []
-        self._order = itertools.count()  # ties are broken by age: logs do not compare
-
-    def hold(self, log: RuntimeEventLog, due: float) -> None:
-        heapq.heappush(self._due, (due, next(self._order), log))
-
-    def write_due(self) -> None:
-        """Write every batch that is due (after a turn has answered)."""
-        heap = self._due
-        if not heap:
-            return
-        now = time.monotonic()
-        while heap and heap[0][0] <= now:
-            due, _, log = heapq.heappop(heap)
-            if log.due == due:
-                log.flush()
-
-
 class RuntimeEventLog:
-    """Appends events for one instance of one agent to its JSONL file, in batches."""
+    """Appends an agent's events to its JSONL file (in `directory`), in batches."""
 
-    def __init__(
-        self,
-        directory: Path,
-        batches: Batches | None = None,
-        *,
-        rotate_bytes: int = ROTATE_BYTES,
-    ) -> None:
+    def __init__(self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
         self.path = directory / EVENTS_FILE
-        self._batches = batches or Batches()
         self._rotate_bytes = rotate_bytes
         self._size = 0  # of the file behind _fd
         self._fd: int | None = None
@@ -157,8 +128,12 @@ class RuntimeEventLog:
                 return
             delay = FLUSH_AFTER_S * random.uniform(0.5, 1.0)
             self.due = time.monotonic() + delay
-            self._batches.hold(self, self.due)
             self._timer = loop.call_later(delay + FLUSH_AFTER_S, self.flush)
+
+    def write_if_due(self) -> None:
+        """Write the held batch if it is due (called after a turn has answered)."""
+        if self.due is not None and self.due <= time.monotonic():
+            self.flush()
 
     def flush(self) -> None:
         """Write what is held now (readers in this process call it before reading)."""

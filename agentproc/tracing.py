@@ -4,7 +4,7 @@
 tool that asks another agent passes it in the `delegate` envelope's `spanId`, so the callee's
 turn names the caller's tool span as its parent: one trace across processes.
 
-`TurnTracer` writes each event to the instance's `runtime-events.jsonl` (for `goondan logs`)
+`TurnTracer` writes each event to the agent's `runtime-events.jsonl` (for `goondan logs`)
 and publishes it on the extensions' in-process bus (`api.events.on("tool.completed", ...)`).
 """
 

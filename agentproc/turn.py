@@ -9,7 +9,7 @@ without tool calls, a step middleware ends it, or a limit is reached.
 `budget` (time, tokens or cost of `policy.budget`), `error` (the model failed, kept producing
 malformed output, or looped on a tool), `aborted` (the turn was cancelled). Every message is
 written to the conversation's event log before the loop moves on; runtime events
-(`turn.*`, `step.*`, `tool.*`) go to the instance's `runtime-events.jsonl`.
+(`turn.*`, `step.*`, `tool.*`) go to the agent's `runtime-events.jsonl`.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 <root>/run/                  0700: sockets, lock, orchestrator.json
 <root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   conversation (base/events.jsonl)
+<root>/swarms/<swarm>/agents/<agent>/                     the agent's runtime events
 <root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
 """
 
@@ -72,6 +73,9 @@ class StatePaths(msgspec.Struct, frozen=True):
     def conversation_dir(self, swarm: str, instance_key: str, agent: str) -> Path:
         return self.swarm(swarm).conversation_dir(instance_key, agent)
 
+    def agent_dir(self, swarm: str, agent: str) -> Path:
+        return self.swarm(swarm).agent_dir(agent)
+
     def stored_swarms(self, instance_key: str) -> list[str]:
         """The swarms (directory names) that hold a stored instance `instance_key`."""
         found = (self.root / "swarms").glob(f"*/instances/{slug(instance_key)}")
@@ -106,3 +110,7 @@ class SwarmPaths(msgspec.Struct, frozen=True):
 
     def workdir(self, instance_key: str) -> Path:
         return self.workspaces / slug(instance_key)
+
+    def agent_dir(self, agent: str) -> Path:
+        """What an agent keeps across its instances (its runtime events)."""
+        return self.instances.parent / "agents" / slug(agent)

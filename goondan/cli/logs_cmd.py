@@ -68,14 +68,14 @@ def run_logs(args: argparse.Namespace) -> int:
     json_out = args.json or not sys.stdout.isatty()
 
     def scan() -> list[RuntimeEvent]:
-        for path in sorted(paths.root.glob(f"swarms/*/instances/*/*/{EVENTS_FILE}")):
+        for path in _event_files(paths, EVENTS_FILE):
             sources.setdefault(path, _Source(path))
         events = [e for s in sources.values() for e in s.read_new() if _wanted(e, args)]
         events.sort(key=lambda e: e.timestamp)
         return events
 
     # The rotated files are history: read once, before the live ones are followed.
-    rotated = paths.root.glob(f"swarms/*/instances/*/*/{ROTATED_FILE}")
+    rotated = _event_files(paths, ROTATED_FILE)
     history = [e for p in sorted(rotated) for e in _Source(p).read_new() if _wanted(e, args)]
     events = sorted(history + scan(), key=lambda e: e.timestamp)
     if not sources and not history and not args.follow:
@@ -92,6 +92,12 @@ def run_logs(args: argparse.Namespace) -> int:
                 _print(event, json_out)
     except KeyboardInterrupt:
         return 0
+
+
+def _event_files(paths: StatePaths, name: str) -> list[Path]:
+    """Each agent's file; and each instance's, where earlier builds kept them."""
+    agents = paths.root.glob(f"swarms/*/agents/*/{name}")
+    return sorted([*agents, *paths.root.glob(f"swarms/*/instances/*/*/{name}")])
 
 
 def _wanted(event: RuntimeEvent, args: argparse.Namespace) -> bool:

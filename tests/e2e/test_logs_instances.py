@@ -48,12 +48,13 @@ def test_instance_list_and_delete(start_daemon, state_root):
 
 def test_logs_merges_files_by_time_and_filters(state_root):
     paths = StatePaths.at(state_root)
-    for agent, key, trace, kind, second in [
-        ("a", "k1", "t" * 32, "turn.started", 1),
-        ("b", "k1", "t" * 32, "tool.completed", 2),
-        ("a", "k2", "u" * 32, "turn.completed", 0),
+    for agent, key, trace, kind, second, directory in [
+        ("a", "k1", "t" * 32, "turn.started", 1, paths.agent_dir("default", "a")),
+        ("b", "k1", "t" * 32, "tool.completed", 2, paths.agent_dir("default", "b")),
+        # where earlier builds kept an instance's events: still read
+        ("a", "k2", "u" * 32, "turn.completed", 0, paths.conversation_dir("default", "k2", "a")),
     ]:
-        log = RuntimeEventLog(paths.conversation_dir("default", key, agent))
+        log = RuntimeEventLog(directory)
         stamp = f"2026-01-01T00:00:0{second}Z"
         log.emit(RuntimeEvent(kind, stamp, agent, key, trace, "s" * 16))
         log.close()
@@ -102,7 +103,7 @@ def test_one_request_traced_across_agents(state_root):
 
 
 def test_runtime_events_rotate_and_logs_reads_both_files(state_root):
-    directory = StatePaths.at(state_root).conversation_dir("default", "k", "a")
+    directory = StatePaths.at(state_root).agent_dir("default", "a")
     log = RuntimeEventLog(directory, rotate_bytes=2000)
     for i in range(40):  # ~200 bytes each: rotates several times
         stamp = f"2026-01-01T00:00:{i:02d}Z"
@@ -118,7 +119,7 @@ def test_runtime_events_rotate_and_logs_reads_both_files(state_root):
 
 
 def test_logs_follow_goes_on_across_a_rotation(state_root):
-    directory = StatePaths.at(state_root).conversation_dir("default", "k", "a")
+    directory = StatePaths.at(state_root).agent_dir("default", "a")
     log = RuntimeEventLog(directory, rotate_bytes=1000)
 
     def emit(i: int) -> None:

@@ -269,7 +269,7 @@ def test_a_trace_crosses_agents_with_the_tool_span_as_parent(start_daemon, state
     paths = StatePaths.at(state_root)
 
     def load(agent: str) -> list:
-        path = paths.conversation_dir("default", "cli", agent) / EVENTS_FILE
+        path = paths.agent_dir("default", agent) / EVENTS_FILE  # every instance's, one file
         return [event_decoder.decode(line) for line in path.read_bytes().splitlines()]
 
     # Runtime events are written in batches, within a second of the turn's end.
@@ -284,3 +284,5 @@ def test_a_trace_crosses_agents_with_the_tool_span_as_parent(start_daemon, state
     assert started.parent_span_id == request_span
     assert started.trace_id == caller[0].trace_id
     assert caller[-1].type == "turn.completed" and caller[-1].data["stepCount"] == 3
+    # a conversation's directory holds its conversation, not a file of events too
+    assert not (paths.conversation_dir("default", "cli", "assistant") / EVENTS_FILE).exists()

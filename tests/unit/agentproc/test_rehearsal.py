@@ -63,11 +63,10 @@ from goondan.logs import configure_logging
 from agentproc.instance import Instance
 from agentproc.process import AgentProcess
 from agentproc.rehearsal import rehearse
-from agentproc.runtime_events import RuntimeEventLog
 from agentproc.turn import TurnRun
 configure_logging()
 rehearse()
-for f in (TurnRun.__init__, AgentProcess._instance, Instance.__init__, RuntimeEventLog.__init__):
+for f in (TurnRun.__init__, AgentProcess._instance, Instance.__init__):
     adaptive = [i.opname for i in dis.get_instructions(f, adaptive=True)]
     print(f.__qualname__, adaptive != [i.opname for i in dis.get_instructions(f)])
 """
@@ -82,5 +81,4 @@ def test_rehearsal_warms_the_turn_and_the_new_conversation_path(tmp_path: Path) 
         "TurnRun.__init__ True",
         "AgentProcess._instance True",
         "Instance.__init__ True",
-        "RuntimeEventLog.__init__ True",
     ]

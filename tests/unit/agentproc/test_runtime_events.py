@@ -10,14 +10,12 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
 from agentproc import runtime_events
 from agentproc.runtime_events import (
     EVENTS_FILE,
-    Batches,
     RuntimeEvent,
     RuntimeEventLog,
     elapsed_ms,
@@ -86,60 +84,32 @@ def batch_due_after_100ms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "uniform", lambda low, high: low)
 
 
-class Batched(NamedTuple):
-    batches: Batches
-    log: RuntimeEventLog
-
-
 @pytest.fixture
-def batched(tmp_path: Path) -> Iterator[Batched]:
-    """A log in `tmp_path` with its own `Batches` (an agent's logs share one); closed after."""
-    batches = Batches()
-    log = RuntimeEventLog(tmp_path, batches)
-    yield Batched(batches, log)
+def log(tmp_path: Path) -> Iterator[RuntimeEventLog]:
+    """An agent's log in `tmp_path`; closed after."""
+    log = RuntimeEventLog(tmp_path)
+    yield log
     log.close()
 
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
-async def test_a_busy_instance_writes_its_batch_after_a_turn_once_it_is_due(
-    tmp_path: Path, batched: Batched
+async def test_a_busy_agent_writes_its_batch_after_a_turn_once_it_is_due(
+    tmp_path: Path, log: RuntimeEventLog
 ) -> None:
-    batches, log = batched
     log.emit(_event("turn.started"))
     log.emit(_event("turn.completed"))
-    batches.write_due()
+    log.write_if_due()
     assert _written(tmp_path) == []  # held: not due yet
     await asyncio.sleep(0.15)  # due at 0.1 s; the timer would write at 0.3 s
     log.emit(_event("turn.started"))
     log.emit(_event("turn.completed"))
     assert _written(tmp_path) == []  # events alone do not write a due batch
-    batches.write_due()
+    log.write_if_due()
     assert _written(tmp_path) == ["turn.started", "turn.completed"] * 2
 
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
-async def test_a_turn_writes_the_due_batches_of_the_instances_gone_quiet(tmp_path: Path) -> None:
-    batches = Batches()
-    quiet = RuntimeEventLog(tmp_path / "quiet", batches)
-    busy = RuntimeEventLog(tmp_path / "busy", batches)
-    quiet.emit(_event("turn.completed"))
-    await asyncio.sleep(0.15)  # the quiet one is due (its timer would write at 0.3 s)
-    busy.emit(_event("turn.completed"))  # not due before 0.1 s from now
-    batches.write_due()  # the busy instance's turn has answered
-    assert _written(tmp_path / "quiet") == ["turn.completed"]
-    assert _written(tmp_path / "busy") == []
-    await asyncio.sleep(0.15)
-    batches.write_due()
-    assert _written(tmp_path / "busy") == ["turn.completed"]
-    quiet.emit(_event("turn.started"))  # a new batch of the written log is held again
-    assert _written(tmp_path / "quiet") == ["turn.completed"]
-    quiet.close()
-    busy.close()
-    assert _written(tmp_path / "quiet") == ["turn.completed", "turn.started"]
-
-
-@pytest.mark.usefixtures("batch_due_after_100ms")
-async def test_a_quiet_instance_has_its_batch_written_by_the_timer(tmp_path: Path) -> None:
+async def test_a_quiet_agent_has_its_batch_written_by_the_timer(tmp_path: Path) -> None:
     log = RuntimeEventLog(tmp_path)
     log.emit(_event("turn.started"))
     log.emit(_event("turn.completed"))
@@ -160,16 +130,15 @@ def test_events_without_an_event_loop_are_written_at_once(tmp_path: Path) -> Non
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
 async def test_a_batch_written_early_does_not_make_the_next_one_due_at_its_time(
-    tmp_path: Path, batched: Batched
+    tmp_path: Path, log: RuntimeEventLog
 ) -> None:
-    batches, log = batched
     log.emit(_event("turn.started"))  # due at 0.1 s
     log.emit(_event("tool.called"))  # written at once, with what was held
     await asyncio.sleep(0.05)
     log.emit(_event("tool.completed"))  # a new batch: due at 0.15 s
     await asyncio.sleep(0.07)
-    batches.write_due()  # 0.12 s: the first batch's time, not the second's
+    log.write_if_due()  # 0.12 s: the first batch's time, not the second's
     assert _written(tmp_path) == ["turn.started", "tool.called"]
     await asyncio.sleep(0.05)
-    batches.write_due()
+    log.write_if_due()
     assert _written(tmp_path) == ["turn.started", "tool.called", "tool.completed"]
