@@ -144,13 +144,19 @@ def cpu_seconds(pids: list[int]) -> tuple[float, float]:
     tick = os.sysconf("SC_CLK_TCK")
     user = system = 0
     for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        user += int(fields[11])
-        system += int(fields[12])
+        fields = _stat_fields(Path(f"/proc/{pid}"))
+        if fields:
+            user += int(fields[11])
+            system += int(fields[12])
     return user / tick, system / tick
+
+
+def _stat_fields(proc_dir: Path) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state first); [] if it is gone."""
+    try:
+        return (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
 
 
 def descendants(root_pid: int) -> list[int]:
@@ -159,12 +165,9 @@ def descendants(root_pid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        fields = _stat_fields(entry)
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     found: list[int] = []
     todo = [root_pid]
     while todo:

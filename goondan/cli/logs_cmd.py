@@ -15,6 +15,8 @@ from agentproc.runtime_events import EVENTS_FILE, ROTATED_FILE, RuntimeEvent, ev
 from goondan.paths import StatePaths
 
 FOLLOW_INTERVAL_S = 0.3
+AGENT_FILES = "swarms/*/agents/*/"  # each agent's events, every instance's in one file
+INSTANCE_FILES = "swarms/*/instances/*/*/"  # where earlier builds kept each instance's
 
 
 class _Source:
@@ -68,15 +70,23 @@ def run_logs(args: argparse.Namespace) -> int:
     json_out = args.json or not sys.stdout.isatty()
 
     def scan() -> list[RuntimeEvent]:
-        for path in _event_files(paths, EVENTS_FILE):
+        for path in sorted(paths.root.glob(AGENT_FILES + EVENTS_FILE)):
             sources.setdefault(path, _Source(path))
         events = [e for s in sources.values() for e in s.read_new() if _wanted(e, args)]
         events.sort(key=lambda e: e.timestamp)
         return events
 
-    # The rotated files are history: read once, before the live ones are followed.
-    rotated = _event_files(paths, ROTATED_FILE)
-    history = [e for p in sorted(rotated) for e in _Source(p).read_new() if _wanted(e, args)]
+    # History, read once before the live files are followed: the rotated files, and the
+    # instances' files earlier builds wrote (nothing appends to them now; following them would
+    # walk every conversation's directory at every poll).
+    once = [AGENT_FILES + ROTATED_FILE, INSTANCE_FILES + EVENTS_FILE, INSTANCE_FILES + ROTATED_FILE]
+    history = [
+        e
+        for pattern in once
+        for p in sorted(paths.root.glob(pattern))
+        for e in _Source(p).read_new()
+        if _wanted(e, args)
+    ]
     events = sorted(history + scan(), key=lambda e: e.timestamp)
     if not sources and not history and not args.follow:
         print(f"goondan: no runtime events under {paths.root}", file=sys.stderr)
@@ -92,12 +102,6 @@ def run_logs(args: argparse.Namespace) -> int:
                 _print(event, json_out)
     except KeyboardInterrupt:
         return 0
-
-
-def _event_files(paths: StatePaths, name: str) -> list[Path]:
-    """Each agent's file; and each instance's, where earlier builds kept them."""
-    agents = paths.root.glob(f"swarms/*/agents/*/{name}")
-    return sorted([*agents, *paths.root.glob(f"swarms/*/instances/*/*/{name}")])
 
 
 def _wanted(event: RuntimeEvent, args: argparse.Namespace) -> bool:
