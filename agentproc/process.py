@@ -20,6 +20,7 @@ from agentproc.runtime_events import RuntimeEventLog, new_trace_id
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import StatePaths
 from ipc import messages as wire
+from ipc import zmtp
 from ipc.dealer import Dealer
 
 HEARTBEAT_INTERVAL_S = 1.0
@@ -306,7 +307,15 @@ class AgentProcess:
     def _reply(self, job: Job, result: wire.DelegateResult) -> None:
         if job.correlation_id is None:
             return  # an event: nobody waits for an answer
-        self._to_requester(job, wire.DELEGATE_RESULT, result)
+        try:
+            self._to_requester(job, wire.DELEGATE_RESULT, result)
+        except zmtp.MessageTooLarge as exc:  # the requester hears why, not its timeout
+            self.log.warning("answer too large to send; an error goes instead", error=str(exc))
+            error = wire.ErrorInfo("MESSAGE_TOO_LARGE", f"the answer is too large: {exc}")
+            result = wire.DelegateResult(
+                "error", self.name, error=error, instance_key=result.instance_key
+            )
+            self._to_requester(job, wire.DELEGATE_RESULT, result)
 
     def _to_requester(self, job: Job, kind: str, payload: Any) -> None:
         self._send(

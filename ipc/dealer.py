@@ -54,8 +54,9 @@ class Dealer:
         self._connecting = asyncio.get_running_loop().create_task(self._connect())
 
     def send(self, frames: Frames) -> None:
-        """Never blocks: before the handshake (or between connections) the message waits."""
-        data = zmtp.message(frames)
+        """Never blocks: before the handshake (or between connections) the message waits.
+        Raises `zmtp.MessageTooLarge` over `zmtp.MAX_MESSAGE_BYTES`."""
+        data = zmtp.check_size(zmtp.message(frames))
         transport = self._transport
         if self._ready and transport is not None and not transport.is_closing():
             transport.write(data)

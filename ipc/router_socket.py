@@ -83,15 +83,17 @@ class RouterSocket:
                 self._server.close()
 
     def send(self, frames: Frames) -> None:
-        """`frames[0]` is the peer's identity. Never blocks; raises `Unroutable`."""
+        """`frames[0]` is the peer's identity. Never blocks; raises `Unroutable`, and
+        `zmtp.MessageTooLarge` for what the peer's reader would refuse."""
         peer = self._peers.get(frames[0])
         if peer is None or peer.transport.is_closing():
             raise Unroutable(frames[0])
+        data = zmtp.check_size(zmtp.message(frames[1:]), zmtp.MAX_READ_BYTES)
         if not peer.outbox:
             if not self._to_flush:
                 self._loop.call_soon(self._flush)
             self._to_flush.append(peer)
-        peer.outbox.append(zmtp.message(frames[1:]))
+        peer.outbox.append(data)
 
     def _flush(self) -> None:
         """Write what each peer got since the last flush: one system call per peer per loop

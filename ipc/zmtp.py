@@ -19,9 +19,33 @@ _MORE = 0x01
 _LONG = 0x02
 _COMMAND = 0x04
 
+# The largest message a DEALER of ours sends, and that the orchestrator routes (a request over
+# it is answered with an error). A reader takes a little more: routing rewrites the envelope.
+# libzmq's default is no limit; here a peer declaring a length of exabytes (a bug, or bytes that
+# are not ZMTP) would make the reader buffer until memory ran out.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_READ_BYTES = MAX_MESSAGE_BYTES + 64 * 1024
+
 
 class ProtocolError(Exception):
     """The peer broke ZMTP: the connection cannot go on."""
+
+
+class MessageTooLarge(ValueError):
+    """A message over the size limit: refused before it is sent, as its reader would drop the
+    connection (and every message behind it) on reading its length."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"a message of {size:,} bytes is over the {limit:,}-byte limit")
+        self.size = size
+        self.limit = limit
+
+
+def check_size(data: bytes, limit: int = MAX_MESSAGE_BYTES) -> bytes:
+    """`data`, an encoded message, if it is within `limit`; else MessageTooLarge."""
+    if len(data) > limit:
+        raise MessageTooLarge(len(data), limit)
+    return data
 
 
 def message(frames: Sequence[bytes]) -> bytes:
@@ -103,21 +127,25 @@ def check_greeting(greeting: bytes) -> None:
 
 class Reader:
     """Incremental parser: `feed` the bytes as they come; it calls `on_message(frames)` for each
-    complete message and `on_command(name, data)` for each command, in order."""
+    complete message and `on_command(name, data)` for each command, in order. A frame, or a
+    message of several, over `max_bytes` is a ProtocolError as soon as its length is read."""
 
     def __init__(
         self,
         on_message: Callable[[list[bytes]], None],
         on_command: Callable[[bytes, bytes], None],
+        max_bytes: int = MAX_READ_BYTES,
     ) -> None:
         self._on_message = on_message
         self._on_command = on_command
+        self._max_bytes = max_bytes
         # The bytes of an incomplete greeting or frame, and how many make it whole: a large
         # message arriving in many reads is gathered once, not re-joined on every read.
         self._partial = bytearray()
         self._wanted = GREETING_SIZE
         self._greeted = False
         self._parts: list[bytes] = []
+        self._parts_bytes = 0  # the frames of `_parts` together
 
     def feed(self, data: bytes) -> None:
         if self._partial:
@@ -149,6 +177,8 @@ class Reader:
             else:
                 start = pos + 2
                 stop = start + data[pos + 1]
+            if stop - start + self._parts_bytes > self._max_bytes:  # with the earlier parts
+                raise self._too_large(stop - start + self._parts_bytes)
             if stop > end:
                 self._keep(data, pos, stop - pos)
                 return
@@ -160,13 +190,20 @@ class Reader:
                 self._on_command(body[1 : 1 + body[0]], body[1 + body[0] :])
             elif flags & _MORE:
                 self._parts.append(body)
+                self._parts_bytes += len(body)
             elif self._parts:
                 parts = self._parts
                 parts.append(body)
                 self._parts = []
+                self._parts_bytes = 0
                 self._on_message(parts)
             else:
                 self._on_message([body])
+
+    def _too_large(self, size: int) -> ProtocolError:
+        return ProtocolError(
+            f"a message of {size:,} bytes or more is over the {self._max_bytes:,}-byte limit"
+        )
 
     def _keep(self, data: bytes, pos: int, wanted: int) -> None:
         """Hold the incomplete rest, from `pos`, until `wanted` bytes of it are here."""

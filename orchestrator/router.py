@@ -22,6 +22,7 @@ import msgspec
 import structlog
 
 from ipc import messages as wire
+from ipc import zmtp
 from orchestrator.timeouts import Timeouts
 
 Channel = Literal["agent", "control", "local", "replay", "connector"]
@@ -132,8 +133,12 @@ class Router:
             )
             return None
         oid = request_id or f"{self._boot}-{next(self._ids)}"
-        forwarded = msgspec.structs.replace(env, to=target, correlation_id=oid)
-        pending = Pending(oid, requester, target, wire.encode_envelope(forwarded), env.trace_id)
+        frame = wire.encode_envelope(msgspec.structs.replace(env, to=target, correlation_id=oid))
+        if len(frame) > zmtp.MAX_MESSAGE_BYTES:  # the agent could not take it
+            message = str(zmtp.MessageTooLarge(len(frame), zmtp.MAX_MESSAGE_BYTES))
+            self._answer_error(requester, target, "MESSAGE_TOO_LARGE", message, env.trace_id)
+            return None
+        pending = Pending(oid, requester, target, frame, env.trace_id)
         pending.timeout_ms = routing.timeout_ms or DEFAULT_TIMEOUT_MS
         self._timeouts.add(pending, pending.timeout_ms / 1000, len(self.pending))
         self.pending[oid] = pending
@@ -159,6 +164,15 @@ class Router:
         """Fire and forget: deliver (starting the target if needed), no answer."""
         if env.to not in self.agents:
             self._log.warning("event for an unknown agent dropped", target=env.to, sender=env.from_)
+            return
+        if len(frame) > zmtp.MAX_MESSAGE_BYTES:
+            self._log.warning(
+                "event too large for its agent dropped",
+                target=env.to,
+                sender=env.from_,
+                bytes=len(frame),
+                limit=zmtp.MAX_MESSAGE_BYTES,
+            )
             return
         self._deliver(env.to, frame, None)
 

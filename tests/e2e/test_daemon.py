@@ -248,3 +248,16 @@ def test_quiet_instances_are_synced_and_unloaded(start_daemon, state_root):
     stored = state_root / "swarms/default/instances/cli/assistant"
     inputs = [m.content for m in read_messages(stored) if m.role == "user"]
     assert inputs == ["What is 3 plus 3?", "What is 4 plus 4?"]
+
+
+def test_an_answer_too_large_to_send_comes_back_as_an_error(start_daemon, tmp_path):
+    """Sent, it would make the orchestrator drop the agent's connection with it."""
+    code = "handlers = {'run': lambda ctx, args: 'x' * (65 * 1024 * 1024)}\n"
+    rules = [{"when": "big", "steps": [{"call": "big__run"}, {"reply": "{{result}}"}]}]
+    daemon = start_daemon(solo_bundle(tmp_path / "b", rules=rules, tool="big", code=code))
+    proc = daemon.send("big")
+    assert proc.returncode == 1
+    assert "MESSAGE_TOO_LARGE" in proc.stderr and "67,108,864-byte limit" in proc.stderr
+    after = daemon.send("hi")  # the same process, still connected
+    assert after.returncode == 0 and after.stdout.strip() == "You said: hi"
+    assert daemon.process("solo")["restarts"] == 0

@@ -178,6 +178,7 @@ async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpo
         (zmtp.GREETING + zmtp.message([b"too soon"]), "a message before the handshake"),
         (zmtp.GREETING + b"\x04\x05\x09READY", "malformed command frame"),
         (zmtp.GREETING + zmtp.command(b"ERROR", b"\x0dbad mechanism"), "refused us: bad mechanism"),
+        (zmtp.GREETING + b"\x02" + (1 << 62).to_bytes(8, "big"), "byte limit"),  # no buffering
     ]
     try:
         for data, reason in cases:
@@ -188,7 +189,7 @@ async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpo
             await until(lambda reason=reason: any(reason in r for _, r in errors))
             assert await loop.sock_recv(bad, 1024) is not None  # ours came; then it is closed
             bad.close()
-        assert [i for i, _ in errors] == [None, None, None, None]
+        assert [i for i, _ in errors] == [None] * len(cases)
         good.send(b"unharmed")
         await until(lambda: got)
         assert got == [[b"good", b"unharmed"]]
@@ -269,6 +270,32 @@ async def test_our_dealer_sends_before_the_router_listens_and_nothing_is_lost(en
         await until(lambda: len(dealer_got) == 100)
         assert got == [[b"early", str(i).encode()] for i in range(100)]
         assert dealer_got == [[b"ok " + str(i).encode()] for i in range(100)]
+    finally:
+        dealer.close()
+        router.close()
+
+
+async def test_a_message_over_the_limit_is_refused_to_its_sender_and_nothing_else_is(endpoint):
+    """Sent, it would make the reader drop the connection with every message behind it."""
+    got: list[list[bytes]] = []
+    router = RouterSocket(endpoint, got.append)
+    router.start()
+    dealer_got: list[list[bytes]] = []
+    dealer = Dealer(endpoint, "peer", dealer_got.append)
+    dealer.start()
+    huge = bytes(zmtp.MAX_MESSAGE_BYTES)
+    try:
+        dealer.send([b"before"])
+        await until(lambda: got)
+        with pytest.raises(zmtp.MessageTooLarge, match="over the 67,108,864-byte limit"):
+            dealer.send([huge])
+        with pytest.raises(zmtp.MessageTooLarge, match="over the 67,174,400-byte limit"):
+            router.send([b"peer", huge + bytes(64 * 1024)])
+        dealer.send([b"after"])
+        router.send([b"peer", b"still connected"])
+        await until(lambda: len(got) == 2 and dealer_got)
+        assert got == [[b"peer", b"before"], [b"peer", b"after"]]
+        assert dealer_got == [[b"still connected"]]
     finally:
         dealer.close()
         router.close()

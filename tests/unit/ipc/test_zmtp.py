@@ -5,11 +5,12 @@ import pytest
 from ipc import zmtp
 
 
-def read_all(chunks: list[bytes]) -> list[tuple[str, object]]:
+def read_all(chunks: list[bytes], max_bytes: int = zmtp.MAX_READ_BYTES) -> list[tuple[str, object]]:
     seen: list[tuple[str, object]] = []
     reader = zmtp.Reader(
         lambda frames: seen.append(("message", frames)),
         lambda name, data: seen.append(("command", (name, data))),
+        max_bytes,
     )
     for chunk in chunks:
         reader.feed(chunk)
@@ -77,3 +78,27 @@ def test_a_malformed_command_is_refused():
 def test_a_truncated_ready_property_is_refused():
     with pytest.raises(zmtp.ProtocolError, match="truncated"):
         zmtp.properties(b"\x08Identity\x00\x00\x00\x09abc")
+
+
+def test_a_frame_over_the_limit_is_refused_as_soon_as_its_length_is_read():
+    at_limit = zmtp.GREETING + zmtp.message([b"x" * 1000])
+    assert read_all([at_limit], max_bytes=1000) == [("message", [b"x" * 1000])]
+    with pytest.raises(zmtp.ProtocolError, match="1,001 bytes or more is over the 1,000-byte"):
+        read_all([zmtp.GREETING + zmtp.message([b"x" * 1001])[:9]], max_bytes=1000)
+    # a garbage length: refused with no body sent, nothing buffered for it
+    with pytest.raises(zmtp.ProtocolError, match="over the 67,174,400-byte limit"):
+        read_all([zmtp.GREETING + b"\x02" + (1 << 62).to_bytes(8, "big")])
+
+
+def test_a_message_of_many_short_frames_counts_them_together():
+    parts = [b"y" * 200] * 6
+    with pytest.raises(zmtp.ProtocolError, match="1,200 bytes or more"):
+        read_all([zmtp.GREETING + zmtp.message(parts)], max_bytes=1000)
+    seen = read_all([zmtp.GREETING + zmtp.message(parts[:5]) * 3], max_bytes=1000)
+    assert seen == [("message", parts[:5])] * 3  # each message counted from zero
+
+
+def test_a_sender_is_told_before_it_sends_too_much():
+    assert zmtp.check_size(b"x" * 10, 10) == b"x" * 10
+    with pytest.raises(zmtp.MessageTooLarge, match="11 bytes is over the 10-byte limit"):
+        zmtp.check_size(b"x" * 11, 10)

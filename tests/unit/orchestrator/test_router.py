@@ -5,6 +5,7 @@ import asyncio
 import pytest
 
 from ipc import messages as wire
+from ipc import zmtp
 from orchestrator.router import Requester, Router
 
 
@@ -37,9 +38,11 @@ def setup():
     return router, outbox, started
 
 
-def delegate(to: str, *, chain=(), timeout_ms=None, cid="c1", sender="a") -> wire.Envelope:
+def delegate(
+    to: str, *, chain=(), timeout_ms=None, cid="c1", sender="a", text="hi"
+) -> wire.Envelope:
     payload = wire.Delegate(
-        "hi", "k", wire.Source("agent", sender), call_chain=chain, timeout_ms=timeout_ms
+        text, "k", wire.Source("agent", sender), call_chain=chain, timeout_ms=timeout_ms
     )
     return wire.decode(wire.encode(wire.DELEGATE, sender, to, payload, correlation_id=cid))
 
@@ -84,6 +87,21 @@ async def test_circular_call_names_the_whole_chain(setup):
     [result] = outbox.results()
     assert result.error.code == "CIRCULAR_CALL_DETECTED"
     assert result.error.message == "Circular call detected: a -> b -> a"
+
+
+async def test_a_request_over_the_message_limit_is_answered_not_forwarded(setup):
+    """The agent's reader would drop the connection on reading its length."""
+    router, outbox, started = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    huge = "x" * zmtp.MAX_MESSAGE_BYTES
+    router.delegate(Requester("agent", b"a", "c1"), delegate("b", chain=("a",), text=huge))
+    [result] = outbox.results()
+    assert result.error.code == "MESSAGE_TOO_LARGE"
+    assert "67,108,864-byte limit" in result.error.message
+    assert outbox.to_agents == [] and started == [] and router.pending == {}
+    router.delegate(Requester("agent", b"a", "c2"), delegate("b", chain=("a",), cid="c2"))
+    assert [name for name, _ in outbox.to_agents] == ["b"]  # the next one goes through
 
 
 async def test_timeout_answers_once_and_drops_the_late_reply(setup):
