@@ -3,7 +3,8 @@
 Endpoints are `ipc://` paths in a directory only the owner can enter: the file system is the
 access control. Options follow `reference/peers.md` §5: ROUTER_MANDATORY so an unroutable send
 fails at once, ROUTER_HANDOVER so a respawned agent can take over its identity, a short LINGER,
-and high-water marks large enough for thousands of requests in flight.
+high-water marks large enough for thousands of requests in flight, and the message size limit
+our own ZMTP reader keeps (`ipc.zmtp.MAX_READ_BYTES`; libzmq's default is none).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import stat
 from pathlib import Path
 
 import zmq
+
+from ipc import zmtp
 
 # Linux limits a unix socket path to 107 bytes; we check it ourselves to give a clear error.
 MAX_IPC_PATH = 107
@@ -77,3 +80,4 @@ def _common_options(sock: zmq.Socket[bytes]) -> None:
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.SNDHWM, HWM)
     sock.setsockopt(zmq.RCVHWM, HWM)
+    sock.setsockopt(zmq.MAXMSGSIZE, zmtp.MAX_READ_BYTES)
