@@ -177,8 +177,12 @@ class Reader:
             else:
                 start = pos + 2
                 stop = start + data[pos + 1]
-            if stop - start + self._parts_bytes > self._max_bytes:  # with the earlier parts
-                raise self._too_large(stop - start + self._parts_bytes)
+            size = stop - start + self._parts_bytes  # with the message's earlier frames
+            if size > self._max_bytes:
+                raise ProtocolError(
+                    f"a message of {size:,} bytes or more is over the "
+                    f"{self._max_bytes:,}-byte limit"
+                )
             if stop > end:
                 self._keep(data, pos, stop - pos)
                 return
@@ -199,11 +203,6 @@ class Reader:
                 self._on_message(parts)
             else:
                 self._on_message([body])
-
-    def _too_large(self, size: int) -> ProtocolError:
-        return ProtocolError(
-            f"a message of {size:,} bytes or more is over the {self._max_bytes:,}-byte limit"
-        )
 
     def _keep(self, data: bytes, pos: int, wanted: int) -> None:
         """Hold the incomplete rest, from `pos`, until `wanted` bytes of it are here."""

@@ -133,10 +133,11 @@ class Router:
             )
             return None
         oid = request_id or f"{self._boot}-{next(self._ids)}"
-        frame = wire.encode_envelope(msgspec.structs.replace(env, to=target, correlation_id=oid))
-        if len(frame) > zmtp.MAX_MESSAGE_BYTES:  # the agent could not take it
-            message = str(zmtp.MessageTooLarge(len(frame), zmtp.MAX_MESSAGE_BYTES))
-            self._answer_error(requester, target, "MESSAGE_TOO_LARGE", message, env.trace_id)
+        forwarded = msgspec.structs.replace(env, to=target, correlation_id=oid)
+        try:
+            frame = zmtp.check_size(wire.encode_envelope(forwarded))
+        except zmtp.MessageTooLarge as exc:  # the agent could not take it
+            self._answer_error(requester, target, "MESSAGE_TOO_LARGE", str(exc), env.trace_id)
             return None
         pending = Pending(oid, requester, target, frame, env.trace_id)
         pending.timeout_ms = routing.timeout_ms or DEFAULT_TIMEOUT_MS
@@ -165,13 +166,11 @@ class Router:
         if env.to not in self.agents:
             self._log.warning("event for an unknown agent dropped", target=env.to, sender=env.from_)
             return
-        if len(frame) > zmtp.MAX_MESSAGE_BYTES:
+        try:
+            zmtp.check_size(frame)
+        except zmtp.MessageTooLarge as exc:
             self._log.warning(
-                "event too large for its agent dropped",
-                target=env.to,
-                sender=env.from_,
-                bytes=len(frame),
-                limit=zmtp.MAX_MESSAGE_BYTES,
+                "event too large for its agent dropped", target=env.to, error=str(exc)
             )
             return
         self._deliver(env.to, frame, None)
