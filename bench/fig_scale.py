@@ -25,19 +25,31 @@ from a run that did not.
 
 A third arm splits the product's p99: the real orchestrator with the 200 bare agents (connected
 to `agents.sock`, saying `ready`), so routing's share and the agents' turns' share can be read
-apart, as in figure 1.
+apart, as in figure 1. A fourth runs the product again with its state root on a tmpfs
+(/dev/shm), where there is one: the disk's share, read apart in the same run. On this machine's
+ext4 (no journal) the inode allocator skips, at a cost each, every inode freed in the last one
+to six minutes (a test run's or the bench's last cleanup), and the agents' new conversations
+pay it: measured, a wave's median 44 against 29 ms on tmpfs right after a deletion, 31 on a
+quiet disk. The goal is judged on the disk arm, as the product runs.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from bench import baselines, product
 from bench.driver import Driver, WaveResult
 from bench.harness import Row, log, percentile, summary
-from bench.procs import Procs, cpu_seconds, short_tmpdir, wait_for_quiet_disk
+from bench.procs import (
+    Procs,
+    cpu_seconds,
+    memory_filesystem,
+    short_tmpdir,
+    wait_for_quiet_disk,
+)
 
 NAME = "scale"
 P99_GOAL_MS = 50.0
@@ -107,9 +119,16 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str, pids: list[int])
     }
 
 
-def _product(names: list[str], waves: int) -> dict[str, Any]:
-    with product.driven_run(["driver", *names], names[0], stop_timeout_s=60) as (_, daemon, drv):
-        log(f"scale: product: starting {len(names)} agents")
+def _product(
+    names: list[str], waves: int, under: Path | None = None, tag: str = "product"
+) -> dict[str, Any]:
+    """The product's arm, its state root in a temp dir in `under` (or the system's)."""
+    with product.driven_run(["driver", *names], names[0], stop_timeout_s=60, under=under) as (
+        _,
+        daemon,
+        drv,
+    ):
+        log(f"scale: {tag}: starting {len(names)} agents")
         started = time.monotonic()
         # in the conversations the first wave goes on with
         first = drv.wave(_payloads(names, 0, timeout_ms=180_000), timeout_s=185)
@@ -120,9 +139,9 @@ def _product(names: list[str], waves: int) -> dict[str, Any]:
             "lost": first.lost,
         }
         if first.ok != len(names):
-            log(f"scale: product: only {first.ok}/{len(names)} agents answered")
+            log(f"scale: {tag}: only {first.ok}/{len(names)} agents answered")
         pids = [pid for name, pid in daemon.agent_pids().items() if name in names]
-        result = _waves(drv, names, waves, "product", pids)
+        result = _waves(drv, names, waves, tag, pids)
         result["startup"] = startup
     return result
 
@@ -178,6 +197,8 @@ def run(quick: bool) -> list[Row]:
     prod = _product(names, waves)
     bare = _bare(names, waves)
     split = _orchestrator_only(names, waves)
+    shm = memory_filesystem()
+    in_memory = _product(names, waves, shm, "product, state on tmpfs") if shm else None
     label = f"{agents} agents, {prod['sent']:,} delegates"
     warm = prod["warmup"]
     lost_note = (
@@ -186,7 +207,7 @@ def run(quick: bool) -> list[Row]:
     )
     if prod["sent"] < agents * waves:
         lost_note += f"; only {prod['sent']} of {agents * waves} sent within the time budget"
-    return [
+    rows = [
         Row(
             f"7 scale {label}: completed",
             "",
@@ -198,6 +219,7 @@ def run(quick: bool) -> list[Row]:
                 "product": prod,
                 "bare": bare,
                 "orchestratorOnly": split,
+                "productStateOnTmpfs": in_memory,
                 "agents": agents,
                 "waves": waves,
                 "fileCreateUs": round(create_us, 1),
@@ -237,6 +259,21 @@ def run(quick: bool) -> list[Row]:
             goal="(diagnostic)",
             note=f"lost {split['lost']}" if split["lost"] else "",
         ),
+    ]
+    if in_memory is not None:
+        rows.append(
+            Row(
+                f"7 scale p99, product with its state on tmpfs ({shm})",
+                "ms",
+                in_memory["p99"],
+                bare["p99"],
+                "bare broker",
+                goal="(diagnostic)",
+                note=f"a wave's slowest answer {_waves_ms(in_memory)}; agents' CPU per delegate "
+                f"{_cpu(in_memory)}; lost {in_memory['lost']}",
+            )
+        )
+    rows.append(
         Row(
             f"7 scale: {agents} cold agents started and answering",
             "s",
@@ -244,5 +281,6 @@ def run(quick: bool) -> list[Row]:
             bare["startup"]["seconds"],
             "bare agents",
             goal="(reported)",
-        ),
-    ]
+        )
+    )
+    return rows

@@ -30,13 +30,14 @@ def bench_env(**extra: str) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def short_tmpdir() -> Iterator[Path]:
-    """A temp dir with a short path: unix socket paths are limited to 107 bytes.
+def short_tmpdir(under: Path | None = None) -> Iterator[Path]:
+    """A temp dir with a short path (unix socket paths are limited to 107 bytes), in `under`
+    or the system's temp dir.
 
     Removed when the bench exits, not when the figure ends: on ext4 the inode allocator skips
     (at a cost per inode) every inode freed in the last minute or more, so a figure's
     thousands of deleted files would slow the conversations the next figure creates."""
-    path = Path(tempfile.mkdtemp(prefix="gb-"))
+    path = Path(tempfile.mkdtemp(prefix="gb-", dir=under))
     atexit.register(shutil.rmtree, path, ignore_errors=True)
     yield path
 
@@ -54,6 +55,18 @@ def file_create_us(count: int = 60) -> float:
             directory.mkdir()
             (directory / "events.jsonl").touch()
         return (time.process_time() - started) / count * 1e6
+
+
+def memory_filesystem() -> Path | None:
+    """A tmpfs to keep state in (/dev/shm), for the diagnostic that leaves the disk out: None
+    where there is none."""
+    shm = Path("/dev/shm")
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    found = any(line.split()[1:3] == [str(shm), "tmpfs"] for line in mounts)
+    return shm if found and os.access(shm, os.W_OK) else None
 
 
 QUIET_FILE_CREATE_US = 80.0  # this machine's usual cost is 20-60 us

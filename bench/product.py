@@ -227,14 +227,15 @@ def heartbeat_frame(name: str) -> bytes:
 
 @contextlib.contextmanager
 def driven_run(
-    agents: list[str], entry: str, stop_timeout_s: float = 20.0
+    agents: list[str], entry: str, stop_timeout_s: float = 20.0, under: Path | None = None
 ) -> Iterator[tuple[Procs, Daemon, Driver]]:
-    """A started daemon in a temp dir of its own, whose swarm lists `agents` (`driver` among
-    them), with the bench connected as `driver`: it says `ready`, so the orchestrator routes to
-    it and never tries to start it. The `Procs` is for what the figure starts beside it; the
-    daemon is stopped and every process killed at the end."""
+    """A started daemon in a temp dir of its own (in `under`, or the system's), whose swarm
+    lists `agents` (`driver` among them), with the bench connected as `driver`: it says
+    `ready`, so the orchestrator routes to it and never tries to start it. The `Procs` is for
+    what the figure starts beside it; the daemon is stopped and every process killed at the
+    end."""
     with (
-        short_tmpdir() as tmp,
+        short_tmpdir(under) as tmp,
         Procs() as procs,
         running(procs, tmp / "p", agents, entry, stop_timeout_s) as daemon,
         daemon.driver() as drv,
