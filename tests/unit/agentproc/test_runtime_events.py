@@ -112,8 +112,8 @@ async def test_a_busy_agent_writes_its_batch_after_a_turn_once_it_is_due(
 async def test_a_quiet_agent_has_its_batch_written_by_the_timer_soon_after_it_is_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Due at 0.3 s, so the timer writes at 0.35 s: while the agent is idle, not a whole
-    # FLUSH_AFTER_S later (0.9 s), when the next burst of work may have begun.
+    # Due at 0.3 s, so the timer writes at 0.4 s (FLUSH_SLACK_S after): while the agent is
+    # idle, not a whole FLUSH_AFTER_S later (0.9 s), when the next burst of work may have begun.
     monkeypatch.setattr(runtime_events, "FLUSH_AFTER_S", 0.6)
     monkeypatch.setattr(random, "uniform", lambda low, high: low)
     log = RuntimeEventLog(tmp_path)
@@ -124,7 +124,7 @@ async def test_a_quiet_agent_has_its_batch_written_by_the_timer_soon_after_it_is
         await asyncio.sleep(0.01)
     written_after = time.monotonic() - started
     assert _written(tmp_path) == ["turn.started", "turn.completed"]
-    assert 0.3 <= written_after < 0.7
+    assert 0.3 <= written_after < 0.85
     log.close()
 
 
