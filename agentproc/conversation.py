@@ -6,9 +6,13 @@ loses nothing. The one exception is an append made with `hold=True` (a turn's in
 out with the next change or `flush()`, so a turn that only answers costs one write; an input
 lost with a crash before then is delivered again by the orchestrator.
 
-`sync()` makes the events durable (fsync); the agent calls it when an instance goes quiet.
-`fold()` writes a new base atomically (write, fsync, rename) and only then empties the events;
-the agent calls it when the events grow large (it rewrites the whole conversation). Loading
+`sync()` makes the events durable (fsync), and the directory entries that hold them; the agent
+calls it when an instance goes quiet. With `fsync_events` every write is made durable so
+before it returns. `fold()` writes a new base atomically (write, fsync, rename) and only then
+empties the events; the agent calls it when the events grow large (it rewrites the whole
+conversation). Before the rename it appends a `folded` marker naming the new base (its size
+and CRC-32): a crash after the rename but before the events are emptied leaves events that
+the base already holds, and loading skips them rather than replaying them twice. Loading
 replays base + events, cuts a torn last line a crash left, and gives every tool call that never
 got a result a synthetic error result, written back to disk, so the conversation stays valid
 for the provider.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -52,7 +57,14 @@ class Remove(MessageEvent, frozen=True, tag="remove"):
     target_id: str
 
 
-AnyEvent = Append | Truncate | Replace | Remove
+class Folded(MessageEvent, frozen=True, tag="folded"):
+    """The events before this one are in the base of this size and CRC-32 (see `fold`)."""
+
+    base_bytes: int
+    base_crc: int
+
+
+AnyEvent = Append | Truncate | Replace | Remove | Folded
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(AnyEvent)
 _message_decoder = msgspec.json.Decoder(Message)
@@ -79,20 +91,9 @@ class Conversation:
         return self._dirty
 
     def load(self) -> list[Message]:
-        self.messages = [_message_decoder.decode(line) for line in _lines(self.base_path)]
-        self._requests = None
         data = _read(self.events_path)
-        whole = 0  # bytes of complete, readable events
-        for line in data.splitlines(keepends=True):
-            if not line.endswith(b"\n"):
-                break  # a torn last line from a crash: everything before it is intact
-            if line.strip():
-                try:
-                    event = _event_decoder.decode(line)
-                except msgspec.DecodeError:
-                    break
-                _apply(self.messages, event)
-            whole += len(line)
+        self.messages, whole = _replay(_read(self.base_path), data)
+        self._requests = None
         if whole < len(data):  # cut the torn line, so new events start on a line of their own
             os.truncate(self.events_path, whole)
         self.events_bytes = whole
@@ -165,9 +166,7 @@ class Conversation:
             if self._events_fd is None:
                 self._events_fd = open_append(self.events_path)
             os.fsync(self._events_fd)
-            if not self._dir_synced:
-                fsync_dir(self.directory)
-                self._dir_synced = True
+            self._sync_directories()
             self._dirty = False
 
     def fold(self) -> None:
@@ -180,18 +179,21 @@ class Conversation:
         if not (self._dirty or self.events_bytes or self._held):
             return
         self.directory.mkdir(parents=True, exist_ok=True)  # held events only: not made yet
+        base = b"".join([_encoder.encode(message) + b"\n" for message in self.messages])
         tmp = self.base_path.with_suffix(".jsonl.tmp")
         with open(tmp, "wb") as out:
-            for message in self.messages:
-                out.write(_encoder.encode(message) + b"\n")
+            out.write(base)
             out.flush()
             os.fsync(out.fileno())
+        self._held.clear()  # in the new base
+        # Durable before the new base is: from the rename on, the events say they are in it.
+        marker = Folded(len(base), zlib.crc32(base))
+        self._write(_encoder.encode(marker) + b"\n", durable=True)
         os.replace(tmp, self.base_path)
         fsync_dir(self.directory)
         self._close_events()
         with open(self.events_path, "wb"):
             pass
-        self._held.clear()  # in the new base
         self._dirty = False
         self.events_bytes = 0
 
@@ -205,15 +207,26 @@ class Conversation:
         if not hold:
             self.flush()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes, *, durable: bool = False) -> None:
         if self._events_fd is None:
             self._events_fd = open_append(self.events_path, new_directory=self._directory_missing)
             self._directory_missing = False
         # One write() for the lot: it reaches the OS before we return, so a crash keeps it.
         os.write(self._events_fd, data)
         self.events_bytes += len(data)
-        if self._fsync_events:
+        if durable or self._fsync_events:
             os.fsync(self._events_fd)
+            if self._fsync_events:  # a power loss must not lose the new file either
+                self._sync_directories()
+
+    def _sync_directories(self) -> None:
+        """Make durable, once, the entries a new conversation made: its events file, its
+        directory and the instance's (`instances/<key>/<agent>/events.jsonl`)."""
+        if not self._dir_synced:
+            fsync_dir(self.directory)
+            fsync_dir(self.directory.parent)
+            fsync_dir(self.directory.parent.parent)
+            self._dir_synced = True
 
     def _close_events(self) -> None:
         if self._events_fd is not None:
@@ -223,17 +236,37 @@ class Conversation:
 
 def read_messages(directory: Path) -> list[Message]:
     """The conversation as stored (base + events), without repairing or writing anything."""
-    messages = [_message_decoder.decode(line) for line in _lines(directory / "base.jsonl")]
-    for line in _lines(directory / "events.jsonl"):
-        try:
-            event = _event_decoder.decode(line)
-        except msgspec.DecodeError:
-            break
-        _apply(messages, event)
+    messages, _ = _replay(_read(directory / "base.jsonl"), _read(directory / "events.jsonl"))
     return messages
 
 
-def _apply(messages: list[Message], event: AnyEvent) -> bool:
+def _replay(base: bytes, events: bytes) -> tuple[list[Message], int]:
+    """The messages of base + events, and how many bytes of the events are whole and readable
+    (a torn last line from a crash, or an unreadable one, ends the replay). At a `folded`
+    marker naming this very base, the events before it are in the base already (a fold cut
+    short before it emptied them): the replay starts over from the base there."""
+    folded: list[Message] = [
+        _message_decoder.decode(line) for line in base.splitlines() if line.strip()
+    ]
+    messages = list(folded)
+    whole = 0
+    for line in events.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break  # a torn last line from a crash: everything before it is intact
+        if line.strip():
+            try:
+                event = _event_decoder.decode(line)
+            except msgspec.DecodeError:
+                break
+            if not isinstance(event, Folded):
+                _apply(messages, event)
+            elif event.base_bytes == len(base) and event.base_crc == zlib.crc32(base):
+                messages = list(folded)
+        whole += len(line)
+    return messages, whole
+
+
+def _apply(messages: list[Message], event: Append | Truncate | Replace | Remove) -> bool:
     """Apply one event; False for a replace/remove whose target is not there (ignored)."""
     if isinstance(event, Append):
         messages.append(event.message)
@@ -255,10 +288,6 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         return b""
-
-
-def _lines(path: Path) -> list[bytes]:
-    return [line for line in _read(path).split(b"\n") if line.strip()]
 
 
 def _answer_dangling_tool_calls(messages: list[Message]) -> bool:

@@ -74,7 +74,8 @@ class AgentProcess:
         max_loaded_instances: int = MAX_LOADED_INSTANCES,
     ) -> None:
         """`durability`: "os" writes each conversation event to the OS before going on (safe
-        from a process crash); "fsync" also fsyncs it (safe from power loss, slower).
+        from a process crash); "fsync" also fsyncs it, and a new conversation's directory
+        entries, before going on (safe from power loss, slower).
         Past `max_loaded_instances`, the least recently used are synced and unloaded.
         `endpoint` is the orchestrator's ROUTER (`ipc://`)."""
         self.definition = definition
@@ -283,10 +284,11 @@ class AgentProcess:
         instance.last_turn_at = time.monotonic()
         # The turn's events are already with the OS, so the answer is safe from a crash. An
         # fsync would cost more than the turn itself: it waits until the instance goes quiet
-        # (`_settle_quiet_instances`) or the agent stops. The fold, which rewrites the whole
-        # conversation, waits until the events grow large. With `durability: fsync`, every
-        # event was fsync'd and each turn is folded at once.
-        if self.durability == "fsync" or conversation.events_bytes > FOLD_EVENTS_BYTES:
+        # (`_settle_quiet_instances`) or the agent stops; with `durability: fsync` every event
+        # was fsync'd before the loop went on. The fold only compacts (it rewrites the whole
+        # conversation, three fsyncs with a new inode): it waits until the events grow large,
+        # whatever the durability.
+        if conversation.events_bytes > FOLD_EVENTS_BYTES:
             await asyncio.to_thread(conversation.fold)
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)

@@ -1,6 +1,10 @@
 import json
+import os
+import signal
+import subprocess
+import sys
 
-from agentproc.conversation import Conversation
+from agentproc.conversation import Conversation, read_messages
 from agentproc.messages import Message, ToolCall
 
 
@@ -103,3 +107,81 @@ def test_a_new_conversation_makes_its_directories_with_its_first_event(tmp_path)
     sibling.expect_new()
     sibling.append(Message(id="1", role="user", content="hi"))
     assert [m.content for m in Conversation(sibling.directory).load()] == ["hi"]
+
+
+# The fold, killed at the moment its new base has replaced the old one but before the events
+# are emptied (an audit hook sends SIGKILL at the first file opened after the rename).
+FOLD_KILLED_AFTER_RENAME = """
+import os, signal, sys
+from pathlib import Path
+from agentproc.conversation import Conversation
+from agentproc.messages import Message
+
+convo = Conversation(Path(sys.argv[1]))
+convo.load()
+convo.append(Message(id="1", role="user", content="a"))
+convo.append(Message(id="2", role="assistant", content="b"))
+renamed = False
+
+def kill_after_rename(event, args):
+    global renamed
+    if event == "os.rename" and str(args[1]).endswith("base.jsonl"):
+        renamed = True
+    elif renamed and event == "open":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+sys.addaudithook(kill_after_rename)
+convo.fold()
+"""
+
+
+def test_a_fold_killed_after_its_rename_replays_nothing_twice(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-c", FOLD_KILLED_AFTER_RENAME, str(tmp_path)], capture_output=True
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    # the crash left the new base and the events it already holds
+    assert (tmp_path / "base.jsonl").read_text().count("\n") == 2
+    assert (tmp_path / "events.jsonl").read_bytes()
+    assert [m.id for m in read_messages(tmp_path)] == ["1", "2"]
+    again = Conversation(tmp_path)
+    assert [m.id for m in again.load()] == ["1", "2"]
+    again.append(Message(id="3", role="user", content="c"))
+    again.fold()
+    assert [m.id for m in Conversation(tmp_path).load()] == ["1", "2", "3"]
+
+
+def test_a_marker_of_another_base_is_not_taken_for_this_one(tmp_path):
+    """A fold killed before its rename: the old base stands, and every event still counts."""
+    convo = Conversation(tmp_path)
+    convo.load()
+    convo.append(Message(id="1", role="user", content="a"))
+    convo.fold()
+    convo.append(Message(id="2", role="user", content="b"))
+    with open(tmp_path / "events.jsonl", "ab") as events:  # a marker for a base never renamed
+        events.write(b'{"op":"folded","base_bytes":99,"base_crc":1}\n')
+    convo.append(Message(id="3", role="user", content="c"))
+    assert [m.id for m in Conversation(tmp_path).load()] == ["1", "2", "3"]
+
+
+def test_with_fsync_every_write_and_a_new_conversations_entries_are_durable_before_it_returns(
+    tmp_path, monkeypatch
+):
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:  # a spy: which file or directory each fsync was for
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    instances = tmp_path / "instances"
+    directory = instances / "k" / "agent"
+    convo = Conversation(directory, fsync_events=True)
+    convo.expect_new()
+    convo.append(Message(id="1", role="user", content="hi"))
+    events = str(directory / "events.jsonl")
+    assert synced == [events, str(directory), str(directory.parent), str(instances)]
+    synced.clear()
+    convo.append(Message(id="2", role="assistant", content="hello"))
+    assert synced == [events]  # the directories once
