@@ -1,7 +1,7 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: run the figures, print the
 table (stdout), write `bench/results.json`. Progress goes to stderr.
 
-Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch.
+Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ FIGURES = {
     "dispatch": "bench.fig_dispatch",
     "scale": "bench.fig_scale",
     "touch": "bench.fig_touch",
+    "durability": "bench.fig_durability",
 }
 GOALS = {
     "roundtrip": "<= 2x bare",
@@ -39,6 +40,7 @@ GOALS = {
     "dispatch": "overhead <= 20 us",
     "scale": "0 lost, p99 <= 50 ms",
     "touch": "(diagnostic)",
+    "durability": "(reported)",
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 

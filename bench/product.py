@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +56,17 @@ def write_bundle(directory: Path, agents: list[str], entry: str) -> Path:
 class Daemon:
     """One `goondan run` in its own session, logs (JSON lines) to a file."""
 
-    def __init__(self, procs: Procs, workdir: Path, agents: list[str], entry: str) -> None:
+    def __init__(
+        self,
+        procs: Procs,
+        workdir: Path,
+        agents: list[str],
+        entry: str,
+        run_args: Sequence[str] = (),
+    ) -> None:
+        """`run_args`: more options for `goondan run` (`--durability fsync`)."""
         self.procs = procs
+        self.run_args = list(run_args)
         self.bundle = write_bundle(workdir / "b", agents, entry)
         self.state_root = workdir / "s"
         self.log_path = workdir / "daemon.log"
@@ -78,6 +87,7 @@ class Daemon:
                     str(self.bundle),
                     "--state-root",
                     str(self.state_root),
+                    *self.run_args,
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
