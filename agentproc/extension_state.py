@@ -10,7 +10,6 @@ all instances of the agent — knows whose state to use.
 
 from __future__ import annotations
 
-import os
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -18,14 +17,18 @@ from typing import Any
 import msgspec
 import structlog
 
+from agentproc.files import replace_file
+
 _MISSING = object()
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 
 class ExtensionStateStore:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, durable: bool = False) -> None:
+        """`durable`: every save is fsync'd before it returns (`--durability fsync`)."""
         self.directory = directory
+        self._durable = durable
         self._values: dict[str, bytes | None] = {}  # encoded, so callers cannot alias it
         self._dirty: set[str] = set()
 
@@ -58,10 +61,7 @@ class ExtensionStateStore:
             if raw is None:
                 path.unlink(missing_ok=True)
                 continue
-            self.directory.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".json.tmp")
-            tmp.write_bytes(raw)
-            os.replace(tmp, path)
+            replace_file(path, raw, durable=self._durable)
         self._dirty.clear()
 
     def _read(self, extension: str) -> bytes | None:

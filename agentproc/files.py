@@ -1,4 +1,4 @@
-"""The file operations the instance stores share: append-only logs and durable renames."""
+"""The file operations the instance stores share: append-only logs and atomic replacements."""
 
 from __future__ import annotations
 
@@ -30,3 +30,19 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Make `data` the content of `path` at once (write a temporary file, rename it over),
+    creating the directory as needed. `durable`: fsync'd, file and directory, before it
+    returns, so a power loss leaves the old content or the new, never an empty file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        if durable:
+            out.flush()
+            os.fsync(out.fileno())
+    os.replace(tmp, path)
+    if durable:
+        fsync_dir(path.parent)

@@ -45,8 +45,8 @@ class Instance:
         self.conversation = Conversation(directory, fsync_events=fsync_events)
         self._own_events = events is None
         self.events = RuntimeEventLog(directory) if events is None else events
-        self.state = ExtensionStateStore(directory / "extensions")
-        self.jobs = PendingJobs(directory, self.deliver)
+        self.state = ExtensionStateStore(directory / "extensions", durable=fsync_events)
+        self.jobs = PendingJobs(directory, self.deliver, durable=fsync_events)
         self._inbox: list[Message] = []
         self.last_turn_at = 0.0  # time.monotonic() when the last turn ended
 

@@ -18,7 +18,6 @@ import asyncio
 import functools
 import inspect
 import json
-import os
 import secrets
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from typing import Any, Literal
 import msgspec
 import structlog
 
+from agentproc.files import replace_file
 from agentproc.messages import Message
 from agentproc.tool_executor import error_info, shape_output
 from agentproc.tool_registry import ToolEntry, make_entry
@@ -58,8 +58,12 @@ _records_decoder = msgspec.json.Decoder(list[JobRecord])
 class PendingJobs:
     """The jobs of one instance of the agent."""
 
-    def __init__(self, directory: Path, deliver: Callable[[Message], None]) -> None:
+    def __init__(
+        self, directory: Path, deliver: Callable[[Message], None], *, durable: bool = False
+    ) -> None:
+        """`durable`: the records are fsync'd before a save returns (`--durability fsync`)."""
         self.path = directory / PENDING_FILE
+        self._durable = durable
         self._deliver = deliver
         self._records: dict[str, JobRecord] = {}
         self._tasks: dict[str, asyncio.Future[Any]] = {}
@@ -214,10 +218,8 @@ class PendingJobs:
         if not self._records:
             self.path.unlink(missing_ok=True)
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(_encoder.encode(list(self._records.values())))
-        os.replace(tmp, self.path)
+        records = _encoder.encode(list(self._records.values()))
+        replace_file(self.path, records, durable=self._durable)
 
 
 def completion_message(record: JobRecord) -> Message:

@@ -79,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="os",
         help="os (default): conversation events are written to the OS before a turn answers "
         "or runs a tool (safe when a process crashes) and fsync'd once the instance is quiet "
-        "for 5 s; fsync: every event, and a new conversation's directory entries, is flushed "
-        "to disk before the loop goes on (safe from power loss at any moment, slower)",
+        "for 5 s; fsync: every event, a new conversation's directory entries, extension state "
+        "and long-running tool records are flushed to disk before the loop goes on (safe "
+        "from power loss at any moment, slower)",
     )
     p.add_argument(
         "--hang-timeout",
