@@ -7,8 +7,8 @@ out with the next change or `flush()`, so a turn that only answers costs one wri
 lost with a crash before then is delivered again by the orchestrator.
 
 `sync()` makes the events durable (fsync), and the directory entries that hold them; the agent
-calls it when an instance goes quiet. With `fsync_events` every write is made durable so
-before it returns. `fold()` writes a new base atomically (write, fsync, rename) and only then
+calls it when an instance goes quiet. With `fsync_events` every write is durable before it
+returns. `fold()` writes a new base atomically (write, fsync, rename) and only then
 empties the events; the agent calls it when the events grow large (it rewrites the whole
 conversation). Before the rename it appends a `folded` marker naming the new base (its size
 and CRC-32): a crash after the rename but before the events are emptied leaves events that
