@@ -74,8 +74,9 @@ class AgentProcess:
         max_loaded_instances: int = MAX_LOADED_INSTANCES,
     ) -> None:
         """`durability`: "os" writes each conversation event to the OS before going on (safe
-        from a process crash); "fsync" also fsyncs it, and a new conversation's directory
-        entries, before going on (safe from power loss, slower).
+        from a process crash); "fsync" also fsyncs it, a new conversation's directory entries,
+        extension state and long-running tool records before going on (safe from power loss,
+        slower).
         Past `max_loaded_instances`, the least recently used are synced and unloaded.
         `endpoint` is the orchestrator's ROUTER (`ipc://`)."""
         self.definition = definition

@@ -4,8 +4,8 @@ Product: two real `goondan run` daemons, each with an agent B answering with the
 in one step (a full turn, its conversation on this machine's disk, not a tmpfs). One runs with
 the default durability (every conversation event written to the OS before the turn answers, so
 an agent crash loses nothing; fsync'd once the instance is quiet); the other with `--durability
-fsync` (every event fsync'd before the loop goes on, and the conversation folded - written,
-fsync'd, renamed - after every turn, so a power loss loses nothing answered). A is the bench's
+fsync` (every event, and a new conversation's directory entries, fsync'd before the loop
+goes on, so a power loss loses nothing answered). A is the bench's
 driver on each daemon's `agents.sock`, one delegate in flight; the arms alternate in blocks.
 
 Baseline: the disk's floor for one durable write, timed in the bench process between the

@@ -1,5 +1,4 @@
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -165,23 +164,15 @@ def test_a_marker_of_another_base_is_not_taken_for_this_one(tmp_path):
 
 
 def test_with_fsync_every_write_and_a_new_conversations_entries_are_durable_before_it_returns(
-    tmp_path, monkeypatch
+    tmp_path, fsynced
 ):
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:  # a spy: which file or directory each fsync was for
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
     instances = tmp_path / "instances"
     directory = instances / "k" / "agent"
     convo = Conversation(directory, fsync_events=True)
     convo.expect_new()
     convo.append(Message(id="1", role="user", content="hi"))
     events = str(directory / "events.jsonl")
-    assert synced == [events, str(directory), str(directory.parent), str(instances)]
-    synced.clear()
+    assert fsynced == [events, str(directory), str(directory.parent), str(instances)]
+    fsynced.clear()
     convo.append(Message(id="2", role="assistant", content="hello"))
-    assert synced == [events]  # the directories once
+    assert fsynced == [events]  # the directories once

@@ -1,23 +1,7 @@
 import os
 
-import pytest
-
 from agentproc.files import replace_file
 from agentproc.instance import Instance
-
-
-@pytest.fixture
-def fsynced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What each fsync was for (a spy on os.fsync, which still syncs)."""
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    return synced
 
 
 def test_replace_file_makes_the_directory_and_leaves_no_temporary_file(tmp_path, fsynced):
