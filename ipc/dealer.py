@@ -36,12 +36,14 @@ class Dealer:
         on_frames: Callable[[Frames], None],
         *,
         on_disconnect: Callable[[str], None] | None = None,
+        properties: dict[bytes, bytes] | None = None,
     ) -> None:
+        """`properties` go in our READY besides the identity (a child's credential)."""
         if not endpoint.startswith("ipc://"):
             raise ValueError(f"an agent connects to an ipc:// endpoint, not {endpoint!r}")
         self.endpoint = endpoint
         self._path = endpoint.removeprefix("ipc://")
-        self._ready_command = zmtp.ready(b"DEALER", identity.encode())
+        self._ready_command = zmtp.ready(b"DEALER", identity.encode(), properties)
         self._on_frames = on_frames
         self._on_disconnect = on_disconnect
         self._transport: asyncio.Transport | None = None
@@ -169,10 +171,16 @@ class _Connection(asyncio.Protocol):
         self._dealer._lost(self._why if exc is None else f"{self._why}: {exc}")
 
 
-async def send_once(endpoint: str, identity: str, frame: bytes, timeout_s: float = 1.0) -> bool:
+async def send_once(
+    endpoint: str,
+    identity: str,
+    frame: bytes,
+    timeout_s: float = 1.0,
+    properties: dict[bytes, bytes] | None = None,
+) -> bool:
     """Connect, send one message and close once it is with the OS (False if not within
     `timeout_s`): for a process that reports why it cannot start, then exits."""
-    dealer = Dealer(endpoint, identity, lambda frames: None)
+    dealer = Dealer(endpoint, identity, lambda frames: None, properties=properties)
     dealer.start()
     dealer.send([frame])
     try:

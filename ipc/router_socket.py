@@ -41,12 +41,17 @@ class Unroutable(Exception):
     """No connected peer has this identity (it exited, or has not connected yet)."""
 
 
+Admit = Callable[[bytes, dict[bytes, bytes]], str | None]
+"""`admit(identity, properties)` sees a peer's READY: None lets it in, a reason refuses it."""
+
+
 class RouterSocket:
     """Binds a unix socket (mode 0600, a stale file replaced) and routes whole messages.
 
     `on_frames([identity, *frames])` is called synchronously for every message; it must not
     block. `on_peer_error(identity, reason)` is told when a peer is dropped for breaking the
-    protocol (identity None before its handshake)."""
+    protocol or refused by `admit` (identity None before its handshake). With `admit`, a peer
+    is routable (and may take over an identity) only once admitted."""
 
     def __init__(
         self,
@@ -54,12 +59,14 @@ class RouterSocket:
         on_frames: Callable[[Frames], None],
         *,
         on_peer_error: Callable[[bytes | None, str], None] | None = None,
+        admit: Admit | None = None,
     ) -> None:
         if not endpoint.startswith("ipc://"):
             raise ValueError(f"the router binds an ipc:// endpoint, not {endpoint!r}")
         self.path = Path(endpoint.removeprefix("ipc://"))
         self._on_frames = on_frames
         self._on_peer_error = on_peer_error
+        self._admit = admit
         self._peers: dict[bytes, _Peer] = {}  # by identity, once their handshake is done
         self._connections: set[_Peer] = set()  # every open one, handshake done or not
         self._to_flush: list[_Peer] = []  # peers with messages in their outbox
@@ -137,8 +144,11 @@ class RouterSocket:
             del self._peers[peer.identity]
 
     def _dropped(self, peer: _Peer, reason: str) -> None:
+        self._refused(peer.identity, reason)
+
+    def _refused(self, identity: bytes | None, reason: str) -> None:
         if self._on_peer_error is not None:
-            self._on_peer_error(peer.identity, reason)
+            self._on_peer_error(identity, reason)
 
 
 def _bind(path: Path) -> socket.socket:
@@ -155,6 +165,10 @@ def _bind(path: Path) -> socket.socket:
     sock.listen(BACKLOG)
     sock.setblocking(False)
     return sock
+
+
+class _Refused(zmtp.ProtocolError):
+    """`admit` turned the peer away."""
 
 
 class _Peer(asyncio.Protocol):
@@ -176,6 +190,8 @@ class _Peer(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self._reader.feed(data)
+        except _Refused:
+            pass  # reported, and closing
         except zmtp.ProtocolError as exc:
             self._router._dropped(self, f"ZMTP protocol error: {exc}")
             self.transport.abort()
@@ -195,8 +211,16 @@ class _Peer(asyncio.Protocol):
         if name == b"READY":
             if self.identity is not None:
                 raise zmtp.ProtocolError("a second READY")
+            found = zmtp.properties(data)
             # libzmq gives a peer without an identity a generated one that starts with 0
-            identity = zmtp.properties(data).get(b"Identity") or b"\0" + secrets.token_bytes(4)
+            identity = found.get(b"Identity") or b"\0" + secrets.token_bytes(4)
+            admit = self._router._admit
+            refused = admit(identity, found) if admit is not None else None
+            if refused is not None:
+                self.transport.write(zmtp.error(refused))
+                self._router._refused(identity, f"refused: {refused}")
+                self.transport.close()  # after the ERROR is written
+                raise _Refused(refused)  # nothing more from this peer is read
             self.identity = identity
             self._router._register(self, identity)
         elif name == b"PING":

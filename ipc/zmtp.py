@@ -76,12 +76,25 @@ def command(name: bytes, data: bytes = b"") -> bytes:
     return bytes((_COMMAND | _LONG,)) + len(body).to_bytes(8, "big") + body
 
 
-def ready(socket_type: bytes, identity: bytes | None = None) -> bytes:
-    """The NULL mechanism's READY: our socket type, and the identity a ROUTER routes by."""
+def ready(
+    socket_type: bytes,
+    identity: bytes | None = None,
+    extra: dict[bytes, bytes] | None = None,
+) -> bytes:
+    """The NULL mechanism's READY: our socket type, the identity a ROUTER routes by, and any
+    `extra` properties (ZMTP lets a peer add its own, by convention named `X-...`)."""
     metadata = _property(b"Socket-Type", socket_type)
     if identity is not None:
         metadata += _property(b"Identity", identity)
+    for name, value in (extra or {}).items():
+        metadata += _property(name, value)
     return command(b"READY", metadata)
+
+
+def error(reason: str) -> bytes:
+    """The ERROR command: why we end the connection (at most 255 bytes of it)."""
+    text = reason.encode()[:255]
+    return command(b"ERROR", bytes((len(text),)) + text)
 
 
 def pong(ping_data: bytes) -> bytes:

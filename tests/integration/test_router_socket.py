@@ -304,3 +304,46 @@ async def test_a_message_over_the_limit_is_refused_to_its_sender_and_nothing_els
 def test_only_ipc_endpoints_are_accepted():
     with pytest.raises(ValueError, match="ipc://"):
         RouterSocket("tcp://127.0.0.1:5555", lambda frames: None)
+
+
+async def test_admit_refuses_a_peer_before_it_is_routable(endpoint: str) -> None:
+    seen: list[tuple[bytes, dict[bytes, bytes]]] = []
+    errors: list[tuple[bytes | None, str]] = []
+
+    def admit(identity: bytes, properties: dict[bytes, bytes]) -> str | None:
+        seen.append((identity, properties))
+        return None if properties.get(b"X-Token") == b"good" else "bad token"
+
+    router = RouterSocket(
+        endpoint,
+        lambda frames: None,
+        admit=admit,
+        on_peer_error=lambda identity, reason: errors.append((identity, reason)),
+    )
+    router.start()
+    reasons: list[str] = []
+    intruder = Dealer(
+        endpoint,
+        "agent",
+        lambda f: None,
+        properties={b"X-Token": b"bad"},
+        on_disconnect=reasons.append,
+    )
+    intruder.start()
+    intruder.send([b"forged"])
+    await until(lambda: reasons)
+    intruder.close()  # else it reconnects, as a DEALER does
+    assert "bad token" in reasons[0]
+    assert errors[0] == (b"agent", "refused: bad token")
+    with pytest.raises(Unroutable):
+        router.send([b"agent", b"x"])
+    got: list[list[bytes]] = []
+    agent = Dealer(endpoint, "agent", got.append, properties={b"X-Token": b"good"})
+    agent.start()
+    await until(lambda: router.peers == 1)
+    router.send([b"agent", b"hello"])
+    await until(lambda: got)
+    assert got == [[b"hello"]]
+    assert (seen[0][1][b"X-Token"], seen[-1][1][b"X-Token"]) == (b"bad", b"good")
+    agent.close()
+    router.close()
