@@ -25,6 +25,10 @@ _COMMAND = 0x04
 # are not ZMTP) would make the reader buffer until memory ran out.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MAX_READ_BYTES = MAX_MESSAGE_BYTES + 64 * 1024
+# What a frame held in memory costs beyond its bytes (a bytes object's header in a 16-byte
+# pymalloc block, and its slot in the message's list), counted against the limits: else a
+# message of 1-byte frames would take 13 times its size in memory.
+FRAME_OVERHEAD = 48
 
 
 class ProtocolError(Exception):
@@ -141,7 +145,8 @@ def check_greeting(greeting: bytes) -> None:
 class Reader:
     """Incremental parser: `feed` the bytes as they come; it calls `on_message(frames)` for each
     complete message and `on_command(name, data)` for each command, in order. A frame, or a
-    message of several, over `max_bytes` is a ProtocolError as soon as its length is read."""
+    message of several, over `max_bytes` is a ProtocolError as soon as its length is read (each
+    frame of a message counted with FRAME_OVERHEAD)."""
 
     def __init__(
         self,
@@ -158,7 +163,12 @@ class Reader:
         self._wanted = GREETING_SIZE
         self._greeted = False
         self._parts: list[bytes] = []
-        self._parts_bytes = 0  # the frames of `_parts` together
+        self._parts_bytes = 0  # the frames of `_parts` together, with their overhead
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held for a message not yet complete (0 between messages)."""
+        return len(self._partial) + self._parts_bytes
 
     def feed(self, data: bytes) -> None:
         if self._partial:
@@ -207,7 +217,7 @@ class Reader:
                 self._on_command(body[1 : 1 + body[0]], body[1 + body[0] :])
             elif flags & _MORE:
                 self._parts.append(body)
-                self._parts_bytes += len(body)
+                self._parts_bytes += len(body) + FRAME_OVERHEAD
             elif self._parts:
                 parts = self._parts
                 parts.append(body)
@@ -219,5 +229,5 @@ class Reader:
 
     def _keep(self, data: bytes, pos: int, wanted: int) -> None:
         """Hold the incomplete rest, from `pos`, until `wanted` bytes of it are here."""
-        self._partial = bytearray(data[pos:])
+        self._partial = bytearray(memoryview(data)[pos:])
         self._wanted = wanted

@@ -1,5 +1,7 @@
 """ipc.zmtp: what a DEALER sends, and reading a peer's bytes however the stream splits them."""
 
+import sys
+
 import pytest
 
 from ipc import zmtp
@@ -91,11 +93,31 @@ def test_a_frame_over_the_limit_is_refused_as_soon_as_its_length_is_read():
 
 
 def test_a_message_of_many_short_frames_counts_them_together():
-    parts = [b"y" * 200] * 6
-    with pytest.raises(zmtp.ProtocolError, match="1,200 bytes or more"):
-        read_all([zmtp.GREETING + zmtp.message(parts)], max_bytes=1000)
-    seen = read_all([zmtp.GREETING + zmtp.message(parts[:5]) * 3], max_bytes=1000)
-    assert seen == [("message", parts[:5])] * 3  # each message counted from zero
+    parts = [b"y" * 200] * 5
+    held = 4 * (200 + zmtp.FRAME_OVERHEAD) + 200  # the earlier frames as held in memory
+    with pytest.raises(zmtp.ProtocolError, match=f"{held:,} bytes or more"):
+        read_all([zmtp.GREETING + zmtp.message(parts)], max_bytes=held - 1)
+    seen = read_all([zmtp.GREETING + zmtp.message(parts) * 3], max_bytes=held)
+    assert seen == [("message", parts)] * 3  # each message counted from zero
+
+
+def test_tiny_frames_are_counted_at_what_they_cost_in_memory():
+    """Finding 7: a message of 1-byte frames took 13 times its size; its frames are counted
+    with their overhead, so such a message is refused long before memory runs out."""
+    tiny = [b"z"] * 1000
+    limit = 100 * (1 + zmtp.FRAME_OVERHEAD)
+    with pytest.raises(zmtp.ProtocolError, match="over the"):
+        read_all([zmtp.GREETING + zmtp.message(tiny)], max_bytes=limit)
+    assert zmtp.FRAME_OVERHEAD >= sys.getsizeof(b"z") - 1 + 8  # a bytes object and a list slot
+
+
+def test_buffered_is_what_an_incomplete_message_holds():
+    reader = zmtp.Reader(lambda frames: None, lambda name, data: None)
+    message = zmtp.message([b"a" * 10, b"b" * 300])
+    reader.feed(zmtp.GREETING + message[:-100])
+    assert reader.buffered == (10 + zmtp.FRAME_OVERHEAD) + (9 + 200)  # a frame, and a part
+    reader.feed(message[-100:])
+    assert reader.buffered == 0
 
 
 def test_a_sender_is_told_before_it_sends_too_much():
