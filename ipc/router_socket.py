@@ -19,14 +19,25 @@ Messages for one peer are written together once per loop turn (one system call h
 there are, as libzmq's I/O thread batches its writes). What a peer cannot take yet waits in its
 connection's buffer, unbounded, as it waited in libzmq's pipe (its high-water mark was 200,000
 messages) and then in `ipc.channel`'s outbox.
+
+Whoever can open the socket file may connect, so what a peer does is bounded: a connection
+must finish its handshake within a deadline, only so many may be in their handshake at once
+(a new one pushes out the oldest), the connections together stay under a share of the
+open-file limit (past it a new one is closed at once), at that limit accepting pauses instead
+of failing, and the bytes of messages not yet complete, across all connections, stay within a
+budget (the connection whose read would pass it is dropped). Each of these is reported to
+`on_peer_error`, at most once per REPORT_INTERVAL_S for each kind, so a flood is one line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import resource
 import secrets
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
@@ -35,6 +46,17 @@ from ipc import zmtp
 
 Frames = list[bytes]
 BACKLOG = 1024  # connections waiting to be accepted: 200 agents may start at once
+HANDSHAKE_TIMEOUT_S = 5.0  # our peers send their READY as they connect; 5 s is a stalled peer
+MAX_HANDSHAKING = 64  # connections in their handshake at once; past it the oldest makes room
+HANDSHAKE_GRACE_S = 0.25  # before which a connection is never pushed out (a busy agent's READY)
+FD_RESERVE = 64  # descriptors no connection may take: journal, logs, children's pipes, listeners
+DEFAULT_FD_SHARE = 0.75  # of the rest for one socket: the daemon's control.sock has the last 1/4
+MAX_BUFFERED_BYTES = 2 * zmtp.MAX_READ_BYTES  # incomplete messages, all connections together:
+# two of the largest at once, which a whole swarm rarely sends, and no attacker can pass
+ACCEPT_PAUSE_S = 0.5  # out of descriptors: try again after this, serving what we have meanwhile
+ACCEPT_BATCH = 128  # connections accepted per wake-up, so a flood cannot starve the loop
+REPORT_INTERVAL_S = 10.0  # one report per kind of limit per interval: a flood is one log line
+_OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class Unroutable(Exception):
@@ -45,13 +67,26 @@ Admit = Callable[[bytes, dict[bytes, bytes]], str | None]
 """`admit(identity, properties)` sees a peer's READY: None lets it in, a reason refuses it."""
 
 
+def connection_cap(share: float = DEFAULT_FD_SHARE) -> int:
+    """`share` of the descriptors this process may open, past FD_RESERVE: how many connections
+    one socket may hold (read when it starts, after the daemon raised its limit)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    limit = 1 << 20 if soft == resource.RLIM_INFINITY else soft
+    return max(1, int((limit - FD_RESERVE) * share))
+
+
 class RouterSocket:
     """Binds a unix socket (mode 0600, a stale file replaced) and routes whole messages.
 
     `on_frames([identity, *frames])` is called synchronously for every message; it must not
     block. `on_peer_error(identity, reason)` is told when a peer is dropped for breaking the
-    protocol or refused by `admit` (identity None before its handshake). With `admit`, a peer
-    is routable (and may take over an identity) only once admitted."""
+    protocol or refused by `admit` (identity None before its handshake), and, rate-limited,
+    when a limit refuses or drops connections. With `admit`, a peer is routable (and may take
+    over an identity) only once admitted.
+
+    Limits (the module's constants by default): `max_connections` open at once (None:
+    `connection_cap()` when started), `max_handshaking` of them before their READY, each for at
+    most `handshake_timeout_s`, and `max_buffered_bytes` of incomplete messages in all."""
 
     def __init__(
         self,
@@ -60,6 +95,10 @@ class RouterSocket:
         *,
         on_peer_error: Callable[[bytes | None, str], None] | None = None,
         admit: Admit | None = None,
+        max_connections: int | None = None,
+        max_handshaking: int = MAX_HANDSHAKING,
+        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
+        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
     ) -> None:
         if not endpoint.startswith("ipc://"):
             raise ValueError(f"the router binds an ipc:// endpoint, not {endpoint!r}")
@@ -67,27 +106,30 @@ class RouterSocket:
         self._on_frames = on_frames
         self._on_peer_error = on_peer_error
         self._admit = admit
+        self._max_connections = max_connections
+        self._max_handshaking = max_handshaking
+        self._handshake_timeout_s = handshake_timeout_s
+        self._max_buffered = max_buffered_bytes
         self._peers: dict[bytes, _Peer] = {}  # by identity, once their handshake is done
         self._connections: set[_Peer] = set()  # every open one, handshake done or not
+        self._handshaking: dict[_Peer, asyncio.TimerHandle] = {}  # oldest first, with deadlines
+        self._accepting = 0  # accepted, not yet connected to a protocol
+        self._attaching: set[asyncio.Task[None]] = set()  # keeps those tasks alive
+        self._buffered = 0  # bytes of incomplete messages, all connections together
         self._to_flush: list[_Peer] = []  # peers with messages in their outbox
-        self._server: asyncio.AbstractServer | None = None
-        self._starting: asyncio.Task[asyncio.AbstractServer] | None = None
+        self._reports = _Reports(self._refused)
+        self._resume: asyncio.TimerHandle | None = None  # while accepting is paused
+        self._waiting_for_room = False  # paused until a handshake ends
         self._loop: asyncio.AbstractEventLoop  # set by `start`, before any peer can connect
         self._closed = False
         self._sock = _bind(self.path)  # connections wait in the backlog until `start`
 
     def start(self) -> None:
         # kept: CPython 3.11's get_running_loop() makes a getpid() system call each time
-        self._loop = loop = asyncio.get_running_loop()
-        serve = loop.create_unix_server(lambda: _Peer(self), sock=self._sock, backlog=BACKLOG)
-        self._starting = loop.create_task(serve)
-        self._starting.add_done_callback(self._started)
-
-    def _started(self, task: asyncio.Task[asyncio.AbstractServer]) -> None:
-        if not task.cancelled() and task.exception() is None:
-            self._server = task.result()
-            if self._closed:
-                self._server.close()
+        self._loop = asyncio.get_running_loop()
+        if self._max_connections is None:
+            self._max_connections = connection_cap()
+        self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def send(self, frames: Frames) -> None:
         """`frames[0]` is the peer's identity. Never blocks; raises `Unroutable`, and
@@ -116,30 +158,172 @@ class RouterSocket:
         """Connected peers that have done their handshake."""
         return len(self._peers)
 
+    @property
+    def connections(self) -> int:
+        """Open connections, their handshake done or not."""
+        return len(self._connections) + self._accepting
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held for incomplete messages, all connections together."""
+        return self._buffered
+
     def close(self) -> None:
         """Stop accepting and close every connection (what they hold is still written)."""
         if self._closed:
             return
         self._closed = True
         self._flush()
-        if self._server is not None:
-            self._server.close()
-        self._sock.close()  # ours, whether the server took it or a duplicate of it
+        if self._resume is not None:
+            self._resume.cancel()
+        else:
+            try:
+                self._loop.remove_reader(self._sock.fileno())
+            except AttributeError:  # never started
+                pass
+        self._sock.close()
         for peer in list(self._connections):
             peer.transport.close()
         self._peers.clear()
         self.path.unlink(missing_ok=True)
 
+    # -- accepting -----------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        """Accept what waits in the backlog, within the limits; the loop calls us again while
+        more waits (the listening socket stays readable)."""
+        assert self._max_connections is not None  # set by `start`
+        for _ in range(ACCEPT_BATCH):
+            if self._accepting >= self._max_handshaking:
+                return  # the rest wait in the backlog until these are connected
+            if len(self._handshaking) + self._accepting >= self._max_handshaking:
+                wait = self._push_out_oldest_handshaking()
+                if wait > 0:  # all too young to push out: the backlog waits for a free place
+                    self._pause_accepting(wait)
+                    self._waiting_for_room = True
+                    return
+            try:
+                conn, _ = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                # Out of descriptors (or kernel memory): serve what we have, and try again
+                # later rather than spin on the error.
+                self._pause_accepting(ACCEPT_PAUSE_S)
+                self._reports.tell(
+                    "accept",
+                    None,
+                    f"cannot accept a connection ({exc.strerror or exc}): new connections "
+                    f"wait, retried every {ACCEPT_PAUSE_S:g} s",
+                )
+                return
+            if self.connections >= self._max_connections:
+                conn.close()
+                self._reports.tell(
+                    "connections",
+                    None,
+                    f"at the connection cap ({self._max_connections}): a new connection "
+                    "refused (closed at once)",
+                )
+                continue
+            self._accepting += 1
+            peer = _Peer(self)
+            task = self._loop.create_task(self._attach(conn, peer))
+            self._attaching.add(task)
+            task.add_done_callback(self._attaching.discard)
+
+    async def _attach(self, conn: socket.socket, peer: _Peer) -> None:
+        conn.setblocking(False)
+        try:
+            await self._loop.connect_accepted_socket(lambda: peer, conn)
+        except BaseException:
+            if not peer.attached:
+                self._accepting -= 1
+            conn.close()
+            raise
+
+    def _pause_accepting(self, delay_s: float) -> None:
+        self._loop.remove_reader(self._sock.fileno())
+        self._resume = self._loop.call_later(delay_s, self._resume_accepting)
+
+    def _resume_accepting(self) -> None:
+        self._resume = None
+        self._waiting_for_room = False
+        if not self._closed:
+            self._loop.add_reader(self._sock.fileno(), self._accept)
+
+    def _push_out_oldest_handshaking(self) -> float:
+        """Drop the oldest connection still in its handshake, if it had HANDSHAKE_GRACE_S to
+        send its READY; else how long until it has had them."""
+        oldest, deadline = next(iter(self._handshaking.items()))
+        waited = self._loop.time() - (deadline.when() - self._handshake_timeout_s)
+        if waited < HANDSHAKE_GRACE_S:
+            return HANDSHAKE_GRACE_S - waited
+        self._reports.tell(
+            "handshaking",
+            None,
+            f"{self._max_handshaking} connections in their handshake: the oldest dropped",
+        )
+        oldest.drop()
+        return 0.0
+
+    def _handshake_expired(self, peer: _Peer) -> None:
+        self._reports.tell(
+            "handshake timeout",
+            None,
+            f"no handshake within {self._handshake_timeout_s:g} s: connection dropped",
+        )
+        peer.drop()
+
     # -- peers ---------------------------------------------------------------------------------
 
+    def _connected(self, peer: _Peer) -> None:
+        self._accepting -= 1
+        if self._closed:
+            peer.transport.close()
+            return
+        self._connections.add(peer)
+        deadline = self._loop.call_later(self._handshake_timeout_s, self._handshake_expired, peer)
+        self._handshaking[peer] = deadline
+
+    def _handshake_ended(self, peer: _Peer) -> None:
+        deadline = self._handshaking.pop(peer, None)
+        if deadline is None:
+            return
+        deadline.cancel()
+        if self._waiting_for_room and self._resume is not None:  # there is room now
+            self._resume.cancel()
+            self._resume_accepting()
+
     def _register(self, peer: _Peer, identity: bytes) -> None:
+        self._handshake_ended(peer)
         old = self._peers.get(identity)
         self._peers[identity] = peer
         if old is not None:  # handover: the newer connection is the peer now
             old.transport.close()
 
+    def _hold(self, peer: _Peer, buffered: int) -> None:
+        """`peer` now holds `buffered` bytes of an incomplete message; past the budget, the
+        peer is dropped. Dropping (not pausing its reads) frees the memory at once: a paused
+        peer would keep it, and its sender need never finish."""
+        self._buffered += buffered - peer.held
+        peer.held = buffered
+        if self._buffered > self._max_buffered and buffered > 0:
+            self._reports.tell(
+                "memory",
+                peer.identity,
+                f"incomplete messages over the {self._max_buffered:,}-byte budget of all "
+                f"connections: the connection reading more ({buffered:,} bytes) dropped",
+            )
+            peer.drop()
+
     def _unregister(self, peer: _Peer) -> None:
         self._connections.discard(peer)
+        self._buffered -= peer.held
+        peer.held = 0
+        self._handshake_ended(peer)
         if peer.identity is not None and self._peers.get(peer.identity) is peer:
             del self._peers[peer.identity]
 
@@ -149,6 +333,27 @@ class RouterSocket:
     def _refused(self, identity: bytes | None, reason: str) -> None:
         if self._on_peer_error is not None:
             self._on_peer_error(identity, reason)
+
+
+class _Reports:
+    """Reports of one kind at most once per REPORT_INTERVAL_S, with how many there were."""
+
+    def __init__(self, report: Callable[[bytes | None, str], None]) -> None:
+        self._report = report
+        self._last: dict[str, float] = {}  # kind: when it was last reported
+        self._count: dict[str, int] = {}  # kind: how many since
+
+    def tell(self, kind: str, identity: bytes | None, text: str) -> None:
+        count = self._count[kind] = self._count.get(kind, 0) + 1
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < REPORT_INTERVAL_S:
+            return
+        self._last[kind] = now
+        del self._count[kind]
+        if count > 1:
+            text += f" ({count} times since the last report)"
+        self._report(identity, text)
 
 
 def _bind(path: Path) -> socket.socket:
@@ -179,22 +384,36 @@ class _Peer(asyncio.Protocol):
         self._reader = zmtp.Reader(self._on_message, self._on_command)
         self.identity: bytes | None = None  # known once its READY came
         self.outbox: list[bytes] = []  # sent since the router's last flush
+        self.held = 0  # bytes of an incomplete message, as counted in the router's budget
+        self.attached = False  # connection_made has come
         self.transport: asyncio.Transport
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports have the asyncio.Transport methods but not its class
         self.transport = cast(asyncio.Transport, transport)
+        self.attached = True
         self.transport.write(zmtp.GREETING + _READY)
-        self._router._connections.add(self)
+        self._router._connected(self)
 
     def data_received(self, data: bytes) -> None:
+        reader = self._reader
         try:
-            self._reader.feed(data)
+            reader.feed(data)
         except _Refused:
-            pass  # reported, and closing
+            return  # reported, and closing
         except zmtp.ProtocolError as exc:
             self._router._dropped(self, f"ZMTP protocol error: {exc}")
-            self.transport.abort()
+            self.drop()
+            return
+        # Only a read that leaves a message incomplete (or completes one) does any accounting.
+        if reader.buffered != self.held:
+            self._router._hold(self, reader.buffered)
+
+    def drop(self) -> None:
+        """Close now, without writing what waits, and let go of what was read."""
+        self._reader = _CLOSED_READER
+        self._router._unregister(self)  # at once: no longer counted, routable or waited for
+        self.transport.abort()
 
     def _on_message(self, frames: Frames) -> None:
         if self.identity is None:
@@ -231,6 +450,19 @@ class _Peer(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._router._unregister(self)
+        # The reader's callbacks are our bound methods: a cycle that would keep what it read
+        # until a garbage collection.
+        self._reader = _CLOSED_READER
+        self.outbox = []
+
+
+def _ignore_message(frames: Frames) -> None:
+    pass
+
+
+def _ignore_command(name: bytes, data: bytes) -> None:
+    pass
 
 
 _READY = zmtp.ready(b"ROUTER")
+_CLOSED_READER = zmtp.Reader(_ignore_message, _ignore_command)  # never fed: its peer is gone

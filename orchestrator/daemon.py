@@ -20,14 +20,12 @@ from typing import Any
 
 import msgspec
 import structlog
-import zmq
 
 from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
 from goondan.paths import StatePaths, slug
 from ipc import messages as wire
-from ipc.channel import Channel
-from ipc.endpoints import bind_router, ensure_private_dir, ipc_endpoint
-from ipc.router_socket import RouterSocket, Unroutable
+from ipc.endpoints import ensure_private_dir, ipc_endpoint
+from ipc.router_socket import DEFAULT_FD_SHARE, RouterSocket, Unroutable, connection_cap
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry, delete_instance
@@ -114,11 +112,16 @@ class Daemon:
         open_files = _raise_open_files_limit()  # before any agent: they inherit it
         agents_endpoint = ipc_endpoint(self.paths.agents_socket)
         control_endpoint = ipc_endpoint(self.paths.control_socket)
-        self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.agents = RouterSocket(
             agents_endpoint, self._on_agent_frames, on_peer_error=self._agent_socket_error
         )
-        self.control = Channel(bind_router(self._zmq, control_endpoint), self._on_control_frames)
+        # Ours too, not libzmq's: at the open-file limit libzmq's listener aborts the process.
+        self.control = RouterSocket(
+            control_endpoint,
+            self._on_control_frames,
+            on_peer_error=self._control_socket_error,
+            max_connections=connection_cap(1 - DEFAULT_FD_SHARE),
+        )
         launch_spec = LaunchSpec(
             self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root, self._agent_nice
         )
@@ -260,7 +263,6 @@ class Daemon:
         await asyncio.sleep(0.05)  # let the control channel flush the last answers
         self.agents.close()
         self.control.close()
-        self._zmq.term()
         self.paths.info_file.unlink(missing_ok=True)
         self._log.info("orchestrator stopped")
 
@@ -392,7 +394,7 @@ class Daemon:
         channel = self.agents if requester.channel == "agent" else self.control
         try:
             channel.send([requester.identity, frame])
-        except (Unroutable, zmq.ZMQError):
+        except Unroutable:
             self._log.info("requester gone; answer dropped", requester=requester.identity)
 
     # -- agents socket -----------------------------------------------------------------------
@@ -487,7 +489,7 @@ class Daemon:
         forwarded = msgspec.structs.replace(env, correlation_id=requester.correlation_id)
         try:
             self.control.send([requester.identity, wire.encode_envelope(forwarded)])
-        except zmq.ZMQError:
+        except Unroutable:
             pass  # the client left; its answer will be dropped the same way
 
     def _send_to_peer(self, identity: bytes, frame: bytes) -> None:
@@ -534,6 +536,10 @@ class Daemon:
 
     # -- control socket ----------------------------------------------------------------------
 
+    def _control_socket_error(self, identity: bytes | None, reason: str) -> None:
+        peer = identity.decode(errors="replace") if identity is not None else None
+        self._log.warning("dropped a connection to control.sock", peer=peer, reason=reason)
+
     def _on_control_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
             self._log.warning("dropped control message with unexpected frames", count=len(frames))
@@ -568,7 +574,7 @@ class Daemon:
         )
         try:
             self.control.send([identity, frame])
-        except zmq.ZMQError:
+        except Unroutable:
             self._log.info("control client gone before its answer", command=command.command)
 
     async def _cmd_status(self, args: dict[str, Any]) -> dict[str, Any]:
