@@ -196,12 +196,6 @@ class RouterSocket:
         for _ in range(ACCEPT_BATCH):
             if self._accepting >= self._max_handshaking:
                 return  # the rest wait in the backlog until these are connected
-            if len(self._handshaking) + self._accepting >= self._max_handshaking:
-                wait = self._push_out_oldest_handshaking()
-                if wait > 0:  # all too young to push out: the backlog waits for a free place
-                    self._pause_accepting(wait)
-                    self._waiting_for_room = True
-                    return
             try:
                 conn, _ = self._sock.accept()
             except (BlockingIOError, InterruptedError):
@@ -228,11 +222,17 @@ class RouterSocket:
                     "refused (closed at once)",
                 )
                 continue
+            full = len(self._handshaking) + self._accepting >= self._max_handshaking
+            wait = self._push_out_oldest_handshaking() if full else 0.0
             self._accepting += 1
             peer = _Peer(self)
             task = self._loop.create_task(self._attach(conn, peer))
             self._attaching.add(task)
             task.add_done_callback(self._attaching.discard)
+            if wait > 0:  # all too young to push out: the backlog waits for a free place
+                self._pause_accepting(wait)
+                self._waiting_for_room = True
+                return
 
     async def _attach(self, conn: socket.socket, peer: _Peer) -> None:
         conn.setblocking(False)
@@ -257,6 +257,8 @@ class RouterSocket:
     def _push_out_oldest_handshaking(self) -> float:
         """Drop the oldest connection still in its handshake, if it had HANDSHAKE_GRACE_S to
         send its READY; else how long until it has had them."""
+        if not self._handshaking:  # all still being attached
+            return HANDSHAKE_GRACE_S
         oldest, deadline = next(iter(self._handshaking.items()))
         waited = self._loop.time() - (deadline.when() - self._handshake_timeout_s)
         if waited < HANDSHAKE_GRACE_S:

@@ -3,19 +3,24 @@ peers use) and our own Dealer: the peers must see an ordinary ROUTER, and nothin
 lost or reordered."""
 
 import asyncio
+import gc
 import os
+import resource
 import socket
 import stat
+import sys
+import weakref
 from collections.abc import AsyncIterator
 from typing import NamedTuple
 
 import pytest
+import uvloop
 import zmq
 
 from ipc import zmtp
 from ipc.dealer import Dealer
 from ipc.endpoints import connect_dealer
-from ipc.router_socket import RouterSocket, Unroutable
+from ipc.router_socket import HANDSHAKE_GRACE_S, RouterSocket, Unroutable
 from tests.integration.waiting import until
 
 
@@ -347,3 +352,283 @@ async def test_admit_refuses_a_peer_before_it_is_routable(endpoint: str) -> None
     assert (seen[0][1][b"X-Token"], seen[-1][1][b"X-Token"]) == (b"bad", b"good")
     agent.close()
     router.close()
+
+
+# -- what a hostile peer can take (issue 25, findings 1 and 7) ---------------------------------
+# Each scenario runs on asyncio's loop and on uvloop, the daemon's.
+
+LOOPS = pytest.mark.parametrize("run", [asyncio.run, uvloop.run], ids=["asyncio", "uvloop"])
+
+
+async def raw_connection(path: str, data: bytes = b"") -> socket.socket:
+    """A plain unix socket connection that sends `data`, and nothing else by itself."""
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, path)
+    if data:
+        await loop.sock_sendall(sock, data)
+    return sock
+
+
+async def closed_by_peer(sock: socket.socket) -> bytes:
+    """Everything the router wrote to `sock` until it closed the connection (a reset, if
+    what we sent was unread)."""
+    loop = asyncio.get_running_loop()
+    got = b""
+    try:
+        while chunk := await asyncio.wait_for(loop.sock_recv(sock, 65536), 10):
+            got += chunk
+    except ConnectionResetError:
+        pass
+    return got
+
+
+def hello(identity: bytes) -> bytes:
+    return zmtp.GREETING + zmtp.ready(b"DEALER", identity)
+
+
+def long_frame_header(size: int) -> bytes:
+    return b"\x02" + size.to_bytes(8, "big")
+
+
+class Reported(list[tuple[bytes | None, str]]):
+    def count(self, text: str) -> int:  # type: ignore[override]
+        return sum(text in reason for _, reason in self)
+
+    def add(self, identity: bytes | None, reason: str) -> None:
+        self.append((identity, reason))
+
+
+@LOOPS
+def test_incomplete_messages_of_all_connections_stay_within_a_budget(run, endpoint):
+    """Finding 7: eight connections each holding 60 MB of a frame took the daemon to 1 GB. The
+    bytes held for incomplete messages are counted across connections; the connection whose
+    read would pass the budget is dropped, and a well-behaved peer still gets through."""
+    path = endpoint.removeprefix("ipc://")
+    budget = 1 << 20
+    part = 400 * 1024
+
+    async def scenario() -> None:
+        got: list[list[bytes]] = []
+        reported = Reported()
+        router = RouterSocket(
+            endpoint, got.append, on_peer_error=reported.add, max_buffered_bytes=budget
+        )
+        router.start()
+        hogs: list[socket.socket] = []
+        try:
+            for i in range(2):
+                start = hello(b"hog-%d" % i) + long_frame_header(budget)
+                hogs.append(await raw_connection(path, start + bytes(part)))
+                held = (i + 1) * (9 + part)  # each: a frame's header and what came of it
+                await until(lambda held=held: router.buffered_bytes == held)
+            third = await raw_connection(path, hello(b"hog-2") + long_frame_header(budget))
+            await asyncio.get_running_loop().sock_sendall(third, bytes(part))
+            await closed_by_peer(third)  # dropped: it would pass the budget
+            third.close()
+            await until(lambda: router.buffered_bytes == 2 * (9 + part))
+            assert reported.count("-byte budget of all connections") == 1
+            assert [i for i, r in reported] == [b"hog-2"]
+            good = Dealer(endpoint, "good", lambda frames: None)
+            good.start()
+            good.send([b"small", bytes(100 * 1024)])  # a large message within the budget
+            await until(lambda: got)
+            assert got == [[b"good", b"small", bytes(100 * 1024)]]
+            good.close()
+            hogs.pop().close()
+            await until(lambda: router.buffered_bytes == 9 + part)  # given back at close
+        finally:
+            for hog in hogs:
+                hog.close()
+            router.close()
+
+    run(scenario())
+
+
+@LOOPS
+def test_a_closed_connection_is_freed_without_a_garbage_collection(run, endpoint):
+    """Finding 7: the memory of a closed connection stayed until a collection, as its reader
+    and the connection referred to each other."""
+    path = endpoint.removeprefix("ipc://")
+
+    async def scenario() -> None:
+        router = RouterSocket(endpoint, lambda frames: None)
+        router.start()
+        partial = zmtp.message([b"x"] * 100 + [bytes(300_000)])[:-1000]  # frames and a part
+        sock = await raw_connection(path, hello(b"peer") + partial)
+        try:
+            await until(lambda: router.buffered_bytes > 300_000)
+            [peer] = router._connections
+            freed = weakref.ref(peer)
+            del peer
+            sock.close()
+            await until(lambda: router.connections == 0)
+            for _ in range(3):  # connection_lost's own callbacks
+                await asyncio.sleep(0)
+            assert freed() is None
+            assert router.buffered_bytes == 0
+        finally:
+            router.close()
+
+    gc.collect()
+    gc.disable()
+    try:
+        run(scenario())
+    finally:
+        gc.enable()
+
+
+@LOOPS
+def test_a_connection_without_a_handshake_is_dropped_at_its_deadline(run, endpoint):
+    path = endpoint.removeprefix("ipc://")
+
+    async def scenario() -> None:
+        reported = Reported()
+        router = RouterSocket(
+            endpoint, lambda frames: None, on_peer_error=reported.add, handshake_timeout_s=0.2
+        )
+        router.start()
+        try:
+            silent = await raw_connection(path)
+            half = await raw_connection(path, zmtp.GREETING)  # a greeting, then nothing
+            for sock in (silent, half):
+                assert await closed_by_peer(sock) == zmtp.GREETING + zmtp.ready(b"ROUTER")
+                sock.close()
+            await until(lambda: router.connections == 0)
+            assert reported == [(None, "no handshake within 0.2 s: connection dropped")]
+        finally:
+            router.close()
+
+    run(scenario())
+
+
+@LOOPS
+def test_connections_in_their_handshake_are_capped_and_the_oldest_make_room(run, endpoint):
+    path = endpoint.removeprefix("ipc://")
+
+    async def scenario() -> None:
+        reported = Reported()
+        router = RouterSocket(
+            endpoint, lambda frames: None, on_peer_error=reported.add, max_handshaking=4
+        )
+        router.start()
+        stalled = [await raw_connection(path) for _ in range(4)]
+        try:
+            await until(lambda: router.connections == 4)
+            await asyncio.sleep(HANDSHAKE_GRACE_S)  # before it, nobody is pushed out
+            agent_got: list[list[bytes]] = []
+            agent = Dealer(endpoint, "agent", agent_got.append)
+            agent.start()
+            await until(lambda: router.peers == 1)  # the oldest stalled one made room
+            await closed_by_peer(stalled[0])
+            assert router.connections == 4
+            router.send([b"agent", b"welcome"])
+            await until(lambda: agent_got == [[b"welcome"]])
+            agent.close()
+            assert reported.count("4 connections in their handshake: the oldest dropped") == 1
+        finally:
+            for sock in stalled:
+                sock.close()
+            router.close()
+
+    run(scenario())
+
+
+@LOOPS
+def test_past_the_connection_cap_new_ones_are_refused_and_old_ones_served(run, endpoint, ctx):
+    path = endpoint.removeprefix("ipc://")
+
+    async def scenario() -> None:
+        got: list[list[bytes]] = []
+        reported = Reported()
+        router = RouterSocket(endpoint, got.append, on_peer_error=reported.add, max_connections=3)
+        router.start()
+        agent = connect_dealer(ctx, endpoint, "agent")
+        others = [await raw_connection(path, hello(b"idle-%d" % i)) for i in range(2)]
+        try:
+            await until(lambda: router.peers == 3)
+            refused = [await raw_connection(path, hello(b"late-%d" % i)) for i in range(10)]
+            for sock in refused:
+                assert await closed_by_peer(sock) == b""  # closed before a word
+                sock.close()
+            assert reported == [
+                (None, "at the connection cap (3): a new connection refused (closed at once)")
+            ]
+            agent.send(b"still served")
+            await until(lambda: got)
+            assert got == [[b"agent", b"still served"]] and router.peers == 3
+        finally:
+            agent.close(0)
+            for sock in others:
+                sock.close()
+            router.close()
+
+    run(scenario())
+
+
+# A router on uvloop, as in the daemon, in a process with few descriptors: `fill` takes all it
+# has left, `free` gives them back; it prints what it reports.
+OUT_OF_FILES_ROUTER = """
+import asyncio, os, sys, uvloop
+from ipc.router_socket import RouterSocket
+
+async def main():
+    hogs = []
+    def on_frames(frames):
+        if frames[1] == b"fill":
+            try:
+                while True:
+                    hogs.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                pass
+        elif frames[1] == b"free":
+            while hogs:
+                os.close(hogs.pop())
+        router.send(frames)  # the echo
+    router = RouterSocket(sys.argv[1], on_frames, on_peer_error=lambda i, r: print(r, flush=True))
+    router.start()
+    print("listening", flush=True)
+    await asyncio.Event().wait()
+
+uvloop.run(main())
+"""
+
+
+async def test_out_of_descriptors_the_router_pauses_accepting_and_serves_the_rest(endpoint):
+    """Finding 1: at the open-file limit the daemon aborted. Now new connections wait, the
+    ones it has are served, it says so once, and accepts again when descriptors are free."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        OUT_OF_FILES_ROUTER,
+        endpoint,
+        stdout=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256)),
+    )
+    assert child.stdout is not None
+    first_got: list[list[bytes]] = []
+    second_got: list[list[bytes]] = []
+    first = Dealer(endpoint, "first", first_got.append)
+    second = Dealer(endpoint, "second", second_got.append)
+    try:
+        assert await child.stdout.readline() == b"listening\n"
+        first.start()
+        first.send([b"fill"])
+        await until(lambda: first_got == [[b"fill"]])
+        second.start()
+        second.send([b"hello"])
+        line = await asyncio.wait_for(child.stdout.readline(), 10)
+        assert line.startswith(b"cannot accept a connection (Too many open files)"), line
+        first.send([b"still served"])
+        await until(lambda: len(first_got) == 2)
+        assert first_got[1] == [b"still served"] and not second_got
+        first.send([b"free"])
+        await until(lambda: second_got == [[b"hello"]])
+    finally:
+        first.close()
+        second.close()
+        child.kill()
+        rest = await child.stdout.read()
+        await child.wait()
+    assert b"cannot accept" not in rest  # retried, yet reported once
