@@ -53,6 +53,7 @@ FD_RESERVE = 64  # descriptors no connection may take: journal, logs, children's
 DEFAULT_FD_SHARE = 0.75  # of the rest for one socket: the daemon's control.sock has the last 1/4
 MAX_BUFFERED_BYTES = 2 * zmtp.MAX_READ_BYTES  # incomplete messages, all connections together:
 # two of the largest at once, which a whole swarm rarely sends, and no attacker can pass
+PONG_UNREAD_LIMIT = 64 * 1024  # bytes a peer left unread past which its PINGs go unanswered
 ACCEPT_PAUSE_S = 0.5  # out of descriptors: try again after this, serving what we have meanwhile
 ACCEPT_BATCH = 128  # connections accepted per wake-up, so a flood cannot starve the loop
 REPORT_INTERVAL_S = 10.0  # one report per kind of limit per interval: a flood is one log line
@@ -238,11 +239,11 @@ class RouterSocket:
         conn.setblocking(False)
         try:
             await self._loop.connect_accepted_socket(lambda: peer, conn)
-        except BaseException:
+        except Exception as exc:  # the loop could not take it (out of memory, say)
             if not peer.attached:
                 self._accepting -= 1
             conn.close()
-            raise
+            self._reports.tell("attach", None, f"a new connection could not be served: {exc!r}")
 
     def _pause_accepting(self, delay_s: float) -> None:
         self._loop.remove_reader(self._sock.fileno())
@@ -445,7 +446,10 @@ class _Peer(asyncio.Protocol):
             self.identity = identity
             self._router._register(self, identity)
         elif name == b"PING":
-            self.transport.write(zmtp.pong(data))
+            # A peer that does not read what we write needs no PONG: else a flood of PINGs
+            # would grow our write buffer without end.
+            if self.transport.get_write_buffer_size() < PONG_UNREAD_LIMIT:
+                self.transport.write(zmtp.pong(data))
         elif name == b"ERROR":
             raise zmtp.refusal(data)
         # PONG and the rest: nothing a ROUTER needs

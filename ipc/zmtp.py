@@ -102,8 +102,9 @@ def error(reason: str) -> bytes:
 
 
 def pong(ping_data: bytes) -> bytes:
-    """The answer to a PING: its context, after the 2-byte TTL."""
-    return command(b"PONG", ping_data[2:])
+    """The answer to a PING: its context, after the 2-byte TTL (at most 16 bytes of it, as
+    ZMTP says, so a large PING does not cost us a large answer)."""
+    return command(b"PONG", ping_data[2:18])
 
 
 def properties(data: bytes) -> dict[bytes, bytes]:

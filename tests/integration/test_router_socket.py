@@ -20,7 +20,7 @@ import zmq
 from ipc import zmtp
 from ipc.dealer import Dealer
 from ipc.endpoints import connect_dealer
-from ipc.router_socket import HANDSHAKE_GRACE_S, RouterSocket, Unroutable
+from ipc.router_socket import HANDSHAKE_GRACE_S, PONG_UNREAD_LIMIT, RouterSocket, Unroutable
 from tests.integration.waiting import until
 
 
@@ -632,3 +632,26 @@ async def test_out_of_descriptors_the_router_pauses_accepting_and_serves_the_res
         rest = await child.stdout.read()
         await child.wait()
     assert b"cannot accept" not in rest  # retried, yet reported once
+
+
+@LOOPS
+def test_a_peer_that_pings_and_never_reads_costs_bounded_memory(run, endpoint):
+    """A PONG echoes its PING's context: a peer that sent large PINGs and read nothing grew our
+    write buffer without end."""
+    path = endpoint.removeprefix("ipc://")
+
+    async def scenario() -> None:
+        got: list[list[bytes]] = []
+        router = RouterSocket(endpoint, got.append)
+        router.start()
+        pings = zmtp.command(b"PING", b"\0\0" + bytes(200)) * 20_000  # 4 MB of context
+        sock = await raw_connection(path, hello(b"pinger") + pings + zmtp.message([b"done"]))
+        try:
+            await until(lambda: got)
+            [peer] = router._connections
+            assert peer.transport.get_write_buffer_size() < PONG_UNREAD_LIMIT + 1024
+        finally:
+            sock.close()
+            router.close()
+
+    run(scenario())
