@@ -20,13 +20,15 @@ there are, as libzmq's I/O thread batches its writes). What a peer cannot take y
 connection's buffer, unbounded, as it waited in libzmq's pipe (its high-water mark was 200,000
 messages) and then in `ipc.channel`'s outbox.
 
-Whoever can open the socket file may connect, so what a peer does is bounded: a connection
-must finish its handshake within a deadline, only so many may be in their handshake at once
-(a new one pushes out the oldest), the connections together stay under a share of the
-open-file limit (past it a new one is closed at once), at that limit accepting pauses instead
-of failing, and the bytes of messages not yet complete, across all connections, stay within a
-budget (the connection whose read would pass it is dropped). Each of these is reported to
-`on_peer_error`, at most once per REPORT_INTERVAL_S for each kind, so a flood is one line.
+Whoever can open the socket file may connect, so what a peer can take is bounded:
+- a connection must finish its handshake within a deadline, and only so many may be in their
+  handshake at once (a new one pushes out the oldest, once that had a grace period);
+- the connections together stay under a share of the open-file limit (past it a new one is
+  closed at once), and out of descriptors accepting pauses instead of failing;
+- the bytes of messages not yet complete, across all connections, stay within a budget (the
+  connection whose read passes it is dropped).
+Each of these is reported to `on_peer_error`, at most once per REPORT_INTERVAL_S for each kind,
+so a flood is one line.
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ PONG_UNREAD_LIMIT = 64 * 1024  # bytes a peer left unread past which its PINGs g
 ACCEPT_PAUSE_S = 0.5  # out of descriptors: try again after this, serving what we have meanwhile
 ACCEPT_BATCH = 128  # connections accepted per wake-up, so a flood cannot starve the loop
 REPORT_INTERVAL_S = 10.0  # one report per kind of limit per interval: a flood is one log line
-_OUT_OF_FILES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class Unroutable(Exception):
@@ -119,6 +120,7 @@ class RouterSocket:
         self._buffered = 0  # bytes of incomplete messages, all connections together
         self._to_flush: list[_Peer] = []  # peers with messages in their outbox
         self._reports = _Reports(self._refused)
+        self._listening = False  # the loop watches our socket for connections
         self._resume: asyncio.TimerHandle | None = None  # while accepting is paused
         self._waiting_for_room = False  # paused until a handshake ends
         self._loop: asyncio.AbstractEventLoop  # set by `start`, before any peer can connect
@@ -130,7 +132,7 @@ class RouterSocket:
         self._loop = asyncio.get_running_loop()
         if self._max_connections is None:
             self._max_connections = connection_cap()
-        self._loop.add_reader(self._sock.fileno(), self._accept)
+        self._resume_accepting()
 
     def send(self, frames: Frames) -> None:
         """`frames[0]` is the peer's identity. Never blocks; raises `Unroutable`, and
@@ -177,11 +179,8 @@ class RouterSocket:
         self._flush()
         if self._resume is not None:
             self._resume.cancel()
-        else:
-            try:
-                self._loop.remove_reader(self._sock.fileno())
-            except AttributeError:  # never started
-                pass
+        if self._listening:
+            self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
         for peer in list(self._connections):
             peer.transport.close()
@@ -246,6 +245,7 @@ class RouterSocket:
             self._reports.tell("attach", None, f"a new connection could not be served: {exc!r}")
 
     def _pause_accepting(self, delay_s: float) -> None:
+        self._listening = False
         self._loop.remove_reader(self._sock.fileno())
         self._resume = self._loop.call_later(delay_s, self._resume_accepting)
 
@@ -253,6 +253,7 @@ class RouterSocket:
         self._resume = None
         self._waiting_for_room = False
         if not self._closed:
+            self._listening = True
             self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def _push_out_oldest_handshaking(self) -> float:
