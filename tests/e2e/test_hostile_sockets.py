@@ -101,6 +101,7 @@ def test_connections_that_never_handshake_cannot_take_the_daemon_down(daemon, ma
     assert_serves(daemon, "after")
     logs = daemon.logs()
     assert "Assertion" not in logs and "Traceback" not in logs
+    assert "64 connections in their handshake: the oldest dropped" in logs
 
 
 def test_at_the_connection_cap_new_peers_are_refused_and_old_ones_served(daemon, many_files):
