@@ -393,7 +393,7 @@ def long_frame_header(size: int) -> bytes:
 
 
 class Reported(list[tuple[bytes | None, str]]):
-    def count(self, text: str) -> int:  # type: ignore[override]
+    def mentions(self, text: str) -> int:
         return sum(text in reason for _, reason in self)
 
     def add(self, identity: bytes | None, reason: str) -> None:
@@ -428,7 +428,7 @@ def test_incomplete_messages_of_all_connections_stay_within_a_budget(run, endpoi
             await closed_by_peer(third)  # dropped: it would pass the budget
             third.close()
             await until(lambda: router.buffered_bytes == 2 * (9 + part))
-            assert reported.count("-byte budget of all connections") == 1
+            assert reported.mentions("-byte budget of all connections") == 1
             assert [i for i, r in reported] == [b"hog-2"]
             good = Dealer(endpoint, "good", lambda frames: None)
             good.start()
@@ -526,7 +526,7 @@ def test_connections_in_their_handshake_are_capped_and_the_oldest_make_room(run,
             router.send([b"agent", b"welcome"])
             await until(lambda: agent_got == [[b"welcome"]])
             agent.close()
-            assert reported.count("4 connections in their handshake: the oldest dropped") == 1
+            assert reported.mentions("4 connections in their handshake: the oldest dropped") == 1
         finally:
             for sock in stalled:
                 sock.close()
