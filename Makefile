@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test bench lint clean
+.PHONY: install run test bench lint docs clean
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ lint: install
 	$(BIN)/ruff check ipc goondan agentproc orchestrator base_tools tests bench
 	$(BIN)/ruff format --check ipc goondan agentproc orchestrator base_tools tests bench
 	$(BIN)/mypy --strict --ignore-missing-imports ipc goondan agentproc orchestrator base_tools bench
+
+# The user docs as a site in site/; --strict turns a broken link or nav entry into a failure.
+docs: install
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) build *.egg-info
