@@ -18,6 +18,17 @@ import msgspec
 _SLUG_UNSAFE = re.compile(r"[^a-zA-Z0-9._:-]+")
 
 
+class StorageError(Exception):
+    """A write that state depends on failed (disk full, I/O error): answered as `E_STORAGE`."""
+
+    code = "E_STORAGE"
+
+    def __init__(self, what: str, path: Path, cause: OSError) -> None:
+        reason = cause.strerror or str(cause)
+        super().__init__(f"could not write {what} to {path}: {reason}")
+        self.path = path
+
+
 def default_state_root() -> Path:
     env = os.environ.get("GOONDAN_STATE_ROOT")
     return Path(env) if env else Path.home() / ".goondan"

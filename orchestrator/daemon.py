@@ -22,7 +22,7 @@ import msgspec
 import structlog
 
 from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
-from goondan.paths import StatePaths, slug
+from goondan.paths import StatePaths, StorageError, slug
 from ipc import messages as wire
 from ipc.endpoints import ensure_private_dir, ipc_endpoint
 from ipc.router_socket import DEFAULT_FD_SHARE, RouterSocket, Unroutable, connection_cap
@@ -199,16 +199,22 @@ class Daemon:
             try:
                 env = wire.decode(entry.frame)
             except wire.MalformedFrame:
-                self.journal.done(entry.id)
+                self._journal_done(entry.id)
                 continue
             if self.router.delegate(replay, env, request_id=entry.id) is None:
-                self.journal.done(entry.id)  # answered at once (e.g. the agent is gone)
+                self._journal_done(entry.id)  # answered at once (e.g. the agent is gone)
 
     def _settled(self, pending: Pending) -> None:
         # At shutdown, unanswered inputs stay in the journal for the next run.
         outside = pending.requester.channel in ("control", "replay", "connector")
         if outside and not self._stopping:
-            self.journal.done(pending.oid)
+            self._journal_done(pending.oid)
+
+    def _journal_done(self, request_id: str) -> None:
+        try:
+            self.journal.done(request_id)
+        except StorageError as exc:  # the answer still goes out; a crash now replays it once
+            self._log.warning("could not journal an answered input", error=str(exc))
 
     async def _main_loop(self, one_input: str | None) -> wire.DelegateResult | None:
         if one_input is None:
@@ -549,10 +555,15 @@ class Daemon:
             env = wire.decode(frame)
             if env.type == wire.DELEGATE:
                 requester = Requester("control", identity, env.correlation_id)
-                request_id = self.router.delegate(requester, env)
-                if request_id is not None:
-                    # Durable before it can be answered: a crash now loses nothing.
+                request_id = self.router.new_request_id()
+                try:  # durable before it is routed: a crash from now on loses nothing
                     self.journal.accept(request_id, frame)
+                except StorageError as exc:
+                    self._log.error("input refused: journal write failed", error=str(exc))
+                    self.router.refuse(requester, env, exc.code, str(exc))
+                    return
+                if self.router.delegate(requester, env, request_id) is None:
+                    self._journal_done(request_id)  # answered at once with an error
             elif env.type == wire.CONTROL:
                 command = wire.decode_payload(env, wire.Control)
                 asyncio.get_running_loop().create_task(

@@ -5,15 +5,22 @@ an orchestrator crash the unanswered ones are delivered again under their origin
 so an agent can recognise a replay. The file is compacted to the open entries at start-up,
 and while running each time it has grown by `compact_bytes` (a daemon up for months must not
 keep every input it ever answered).
+
+A write that fails (disk full, I/O error) raises `StorageError` and leaves the file as it was:
+a partial line is cut off again, or, when even that fails, the next line starts on a line of
+its own, and `recover` skips a line it cannot read instead of stopping there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Literal
 
 import msgspec
+
+from goondan.paths import StorageError
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -53,13 +60,14 @@ class Journal:
             try:
                 entry = _decoder.decode(line)
             except msgspec.DecodeError:
-                break  # a torn last line: the input it held was never acknowledged
+                continue  # a torn line: the input it held was never acknowledged
             if entry.op == "accept":
                 accepted[entry.id] = entry
             else:
                 accepted.pop(entry.id, None)
         self._open = accepted
-        self._rewrite()
+        with contextlib.suppress(StorageError):  # the file as it is holds every open entry
+            self._rewrite()
         return list(accepted.values())
 
     def accept(self, request_id: str, frame: bytes) -> None:
@@ -72,7 +80,8 @@ class Journal:
             # Not fsync'd: losing it only means one more (recognised) redelivery.
             self._append(Entry("done", request_id), durable=False)
             if self._grown > self._compact_bytes:
-                self._rewrite()
+                with contextlib.suppress(StorageError):  # the line is written; compact later
+                    self._rewrite()
 
     def close(self) -> None:
         if self._fd is not None:
@@ -80,23 +89,59 @@ class Journal:
             self._fd = None
 
     def _append(self, entry: Entry, *, durable: bool) -> None:
-        if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        """Append one line, or raise `StorageError` with the file as it was before."""
         line = _encoder.encode(entry) + b"\n"
-        os.write(self._fd, line)
+        try:
+            fd = self._fd if self._fd is not None else self._open_for_append()
+            start = os.lseek(fd, 0, os.SEEK_END)
+        except OSError as exc:
+            raise StorageError("the journal", self.path, exc) from exc
+        try:
+            written = 0
+            while written < len(line):  # a short write is retried, so ENOSPC shows as an error
+                written += os.write(fd, line[written:])
+            if durable and self._fsync:
+                os.fsync(fd)
+        except OSError as exc:
+            self._cut_back(fd, start)
+            raise StorageError("the journal", self.path, exc) from exc
         self._grown += len(line)
-        if durable and self._fsync:
-            os.fsync(self._fd)
+
+    def _open_for_append(self) -> int:
+        """Open the file; a tail left torn by an earlier run gets its line ended first."""
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                os.write(fd, b"\n")
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return fd
+
+    def _cut_back(self, fd: int, start: int) -> None:
+        """Remove a partly written line; when that fails too, reopen before the next append,
+        which then ends the torn line first."""
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, start)
+        self.close()
 
     def _rewrite(self) -> None:
         """Replace the file with the open entries (written and fsync'd before the rename, so
-        a crash leaves either file, and both hold every open entry)."""
+        a crash leaves either file, and both hold every open entry). On a failed write the
+        old file stays, and `StorageError` is raised."""
         self.close()
         tmp = self.path.with_suffix(".tmp")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
-            for entry in self._open.values():
-                out.write(_encoder.encode(entry) + b"\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.path)
+        try:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+                for entry in self._open.values():
+                    out.write(_encoder.encode(entry) + b"\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise StorageError("the journal", self.path, exc) from exc
         self._grown = 0

@@ -132,7 +132,7 @@ class Router:
                 env.trace_id,
             )
             return None
-        oid = request_id or f"{self._boot}-{next(self._ids)}"
+        oid = request_id or self.new_request_id()
         forwarded = msgspec.structs.replace(env, to=target, correlation_id=oid)
         try:
             frame = zmtp.check_size(wire.encode_envelope(forwarded))
@@ -147,6 +147,15 @@ class Router:
         pending.deliveries = 1
         self._deliver(target, pending.frame, pending)
         return oid
+
+    def new_request_id(self) -> str:
+        """An id for `delegate(request_id=...)`, for a caller that journals the input first."""
+        return f"{self._boot}-{next(self._ids)}"
+
+    def refuse(self, requester: Requester, env: wire.Envelope, code: str, message: str) -> None:
+        """Answer a `delegate` with an error without routing it (e.g. it could not be
+        journaled)."""
+        self._answer_error(requester, env.to or self.entry_agent, code, message, env.trace_id)
 
     def result(self, env: wire.Envelope) -> None:
         """A `delegate_result` from the agent that handled request `correlationId`."""
@@ -264,7 +273,10 @@ class Router:
             return None
         self._by_target[pending.target].pop(oid, None)
         if self._on_settled is not None:
-            self._on_settled(pending)
+            try:
+                self._on_settled(pending)
+            except Exception:  # bookkeeping must not cost the requester its answer
+                self._log.exception("settling a request failed", oid=oid)
         return pending
 
     def _is_open(self, pending: Pending) -> bool:

@@ -1,0 +1,63 @@
+"""A full disk under a real daemon (state root on a 3 MB tmpfs filled with `dd`): an input that
+cannot be journaled is answered `E_STORAGE` at once, and once space returns an input accepted
+before an orchestrator kill is answered after the restart."""
+
+from __future__ import annotations
+
+import subprocess
+
+from agentproc.conversation import read_messages
+from orchestrator.journal import _decoder
+from tests.e2e.conftest import GOONDAN, Daemon, wait_for, write_bundle
+from tests.e2e.test_delegation import BUNDLE, SLOW_TOOL
+from tests.small_disk import fill, small_disk
+
+
+def test_a_full_disk_answers_e_storage_and_loses_nothing_accepted(tmp_path):
+    bundle = write_bundle(tmp_path / "b", BUNDLE, {"slow.py": SLOW_TOOL})
+    with small_disk() as root:
+        daemons: list[Daemon] = []
+        try:
+            daemon = Daemon(bundle, root)
+            daemons.append(daemon)
+            workdir = root / "swarms/default/workspaces/cli"
+            workdir.mkdir(parents=True)
+            (workdir / "delay").write_text("0")
+            assert daemon.send("warm up", "--agent", "sleeper").returncode == 0
+
+            filler = fill(root)
+            # Larger than what is left of the journal file's last page.
+            refused = daemon.send("no room " + "x" * 20_000, "--agent", "sleeper")
+            assert refused.returncode == 1, refused.stderr
+            assert "E_STORAGE" in refused.stderr
+            assert "journal" in refused.stderr and str(root / "run") in refused.stderr
+            journal = root / "run/journal.jsonl"
+            for line in journal.read_bytes().splitlines():
+                _decoder.decode(line)  # no torn line left behind
+
+            filler.unlink()  # space returns
+            (workdir / "delay").write_text("30")
+            sender = subprocess.Popen(
+                [*GOONDAN, "send", "work please", "--agent", "sleeper", "--state-root", str(root)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            wait_for(lambda: (workdir / "attempts").exists(), timeout=15)
+            daemon.proc.kill()  # SIGKILL: the input is only in the journal now
+            daemon.proc.wait()
+            sender.communicate(timeout=10)
+
+            (workdir / "delay").write_text("0")
+            daemons.append(Daemon(bundle, root))
+            convo = root / "swarms/default/instances/cli/sleeper"
+
+            def answered() -> bool:
+                messages = read_messages(convo)
+                return bool(messages) and messages[-1].content == "attempt E_TOOL_INTERRUPTED"
+
+            wait_for(answered, timeout=15)
+            assert "delivering unanswered inputs from the journal" in daemons[-1].logs()
+        finally:
+            for each in daemons:
+                each.stop()
