@@ -20,6 +20,7 @@ for the provider.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import zlib
@@ -29,6 +30,7 @@ import msgspec
 
 from agentproc.files import fsync_dir, open_append
 from agentproc.messages import Message
+from goondan.paths import StorageError
 
 INTERRUPTED = (
     '{"status":"error","error":{"code":"E_TOOL_INTERRUPTED","message":'
@@ -134,6 +136,10 @@ class Conversation:
             self._write(b"".join(self._held))
             self._held.clear()
 
+    def drop_unwritten(self) -> None:
+        """Forget the events a failed write left held (the caller reloads from the disk)."""
+        self._held.clear()
+
     def truncate(self) -> None:
         self.messages.clear()
         self._requests = None
@@ -209,15 +215,30 @@ class Conversation:
 
     def _write(self, data: bytes, *, durable: bool = False) -> None:
         if self._events_fd is None:
-            self._events_fd = open_append(self.events_path, new_directory=self._directory_missing)
+            try:
+                self._events_fd = open_append(
+                    self.events_path, new_directory=self._directory_missing
+                )
+            except OSError as exc:
+                raise StorageError("the conversation", self.events_path, exc) from exc
             self._directory_missing = False
         # One write() for the lot: it reaches the OS before we return, so a crash keeps it.
-        os.write(self._events_fd, data)
+        fd = self._events_fd
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            written = os.write(fd, data)
+            while written < len(data):  # short on a full disk: the next write says why
+                written += os.write(fd, data[written:])
+            if durable or self._fsync_events:
+                os.fsync(fd)
+                if self._fsync_events:  # a power loss must not lose the new file either
+                    self._sync_directories()
+        except OSError as exc:
+            # No torn line is left behind: the events stay held for the next write.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)
+            raise StorageError("the conversation", self.events_path, exc) from exc
         self.events_bytes += len(data)
-        if durable or self._fsync_events:
-            os.fsync(self._events_fd)
-            if self._fsync_events:  # a power loss must not lose the new file either
-                self._sync_directories()
 
     def _sync_directories(self) -> None:
         """Make durable, once, the entries a new conversation made: its events file, its

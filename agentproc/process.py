@@ -18,7 +18,7 @@ from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
-from goondan.paths import StatePaths
+from goondan.paths import BadInstanceKey, StatePaths, StorageError
 from ipc import messages as wire
 from ipc import zmtp
 from ipc.dealer import Dealer
@@ -226,7 +226,14 @@ class AgentProcess:
         if isinstance(job, Drop):
             self._drop(key, job)
             return
-        instance = self._instance(key)
+        try:
+            instance = self._instance(key)
+        except (BadInstanceKey, StorageError) as exc:  # the requester hears why
+            self.log.warning("instance cannot be stored", instanceKey=key, error=str(exc))
+            if isinstance(job, Job):
+                error = wire.ErrorInfo(exc.code, str(exc))
+                self._reply(job, wire.DelegateResult("error", self.name, error=error))
+            return
         conversation = instance.conversation
         if isinstance(job, Settle):
             # Queued like a turn, so no turn of this instance runs meanwhile; in a thread, so
@@ -234,7 +241,7 @@ class AgentProcess:
             await asyncio.to_thread(conversation.sync)
             if instance.can_unload() and not self.queues.has_queued(key):
                 # Quiet and durable: free its memory and files; a later turn reloads it.
-                del self._instances[key]
+                self._instances.pop(key, None)
                 instance.close()
             return
         replay = find_request(conversation, job.request_id)
@@ -277,6 +284,14 @@ class AgentProcess:
             else:
                 error = wire.ErrorInfo(outcome.error_code, outcome.text)
                 result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
+        except StorageError as exc:  # the disk is full or failing: the turn fails, not us
+            self.log.error("turn failed: could not store it", instanceKey=key, error=str(exc))
+            # Memory holds what the disk does not: the next turn reloads it from the disk.
+            self._instances.pop(key, None)
+            instance.conversation.drop_unwritten()
+            instance.close(save=False)
+            error = wire.ErrorInfo(exc.code, str(exc))
+            result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
         except Exception as exc:  # a bug in the loop: answer with an error, keep serving
             self.log.exception("turn failed", instanceKey=key)
             error = wire.ErrorInfo("E_TURN_FAILED", f"{type(exc).__name__}: {exc}")

@@ -19,6 +19,7 @@ months keeps at most two files of events. Deleting an instance leaves its events
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import time
@@ -26,12 +27,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import structlog
 
 from agentproc.files import open_append
 
 EVENTS_FILE = "runtime-events.jsonl"
 ROTATED_FILE = EVENTS_FILE + ".1"  # the previous ROTATE_BYTES of events
 ROTATE_BYTES = 16 * 1024 * 1024
+DROP_WARN_S = 60.0  # at most one warning this often about events a full disk dropped
 
 
 class RuntimeEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
@@ -119,6 +122,8 @@ class RuntimeEventLog:
         self._held: list[RuntimeEvent] = []
         self._timer: asyncio.TimerHandle | None = None
         self.due: float | None = None  # when the held batch is due (time.monotonic())
+        self._warned_at = -DROP_WARN_S  # when a dropped batch was last logged
+        self._dropped_bytes = 0  # dropped since then
 
     def emit(self, event: RuntimeEvent) -> None:
         self._held.append(event)
@@ -147,17 +152,41 @@ class RuntimeEventLog:
             self.due = None
         if not self._held:
             return
-        if self._fd is None:
-            self._fd = open_append(self.path)
-            self._size = os.fstat(self._fd).st_size
         data = _encoder.encode_lines(self._held)
         self._held = []
-        os.write(self._fd, data)
+        try:
+            if self._fd is None:
+                self._fd = open_append(self.path)
+                self._size = os.fstat(self._fd).st_size
+            written = os.write(self._fd, data)
+            while written < len(data):
+                written += os.write(self._fd, data[written:])
+        except OSError as exc:
+            # Observability only: a full disk drops the batch, it never stops the agent.
+            self._dropped(len(data), exc)
+            return
         self._size += len(data)
         if self._size > self._rotate_bytes:
             os.close(self._fd)
             self._fd = None
             os.replace(self.path, self.path.with_name(ROTATED_FILE))
+
+    def _dropped(self, size: int, exc: OSError) -> None:
+        """Cut a partly written batch off again and warn, at most once per DROP_WARN_S."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+        now = time.monotonic()
+        self._dropped_bytes += size
+        if now - self._warned_at >= DROP_WARN_S:
+            self._warned_at = now
+            structlog.get_logger().warning(
+                "runtime events dropped: could not write",
+                path=str(self.path),
+                error=exc.strerror or str(exc),
+                droppedBytes=self._dropped_bytes,
+            )
+            self._dropped_bytes = 0
 
     def close(self) -> None:
         self.flush()

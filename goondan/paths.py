@@ -8,14 +8,26 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import urllib.parse
 from pathlib import Path
 
 import msgspec
 
-_SLUG_UNSAFE = re.compile(r"[^a-zA-Z0-9._:-]+")
+MAX_KEY_BYTES = 1024  # an instance key longer than this is refused
+MAX_NAME_CHARS = 128  # a directory name (well under the 255 bytes of a path component)
+_HASHED_HEAD = 80
+_READABLE = re.compile(r"[A-Za-z0-9_:-](?:[A-Za-z0-9._:-]{0,126}[A-Za-z0-9_:-])?")
+_PLAIN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_:-")
+
+
+class BadInstanceKey(ValueError):
+    """An instance key that cannot name a directory: answered as `E_BAD_INSTANCE_KEY`."""
+
+    code = "E_BAD_INSTANCE_KEY"
 
 
 class StorageError(Exception):
@@ -34,10 +46,41 @@ def default_state_root() -> Path:
     return Path(env) if env else Path.home() / ".goondan"
 
 
-def slug(key: str) -> str:
-    """A file-name-safe form of an instance key or swarm name (at most 128 characters)."""
-    cleaned = _SLUG_UNSAFE.sub("-", key).strip("-.")[:128]
-    return cleaned or "default"
+def storage_name(key: str) -> str:
+    """The directory name of an instance key (or a swarm or agent name): one name per key,
+    never the same for two keys, and a single safe path component.
+
+    A readable key (letters, digits, `_`, `-`, `:` and inner `.`, up to 128 characters) is its
+    own name, as it always was. Any other key is percent-encoded byte by byte (UTF-8; `.` and
+    `%` included), so its name holds a `%` that no readable name does; an encoded name past
+    128 characters keeps its first part and gets `%~` and a hash of the key. Raises
+    `BadInstanceKey` for a key that cannot be stored (empty, holding NUL, too long)."""
+    if _READABLE.fullmatch(key):
+        return key
+    if not key or "\0" in key or len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
+        shown = repr(key) if len(key) <= 40 else repr(key[:40]) + "..."
+        raise BadInstanceKey(
+            f"instance key {shown} cannot be stored: it must be 1 to {MAX_KEY_BYTES} bytes "
+            "of UTF-8 without NUL"
+        )
+    raw = key.encode("utf-8", "surrogatepass")
+    encoded = "".join(chr(b) if b in _PLAIN_BYTES else f"%{b:02X}" for b in raw)
+    if len(encoded) <= MAX_NAME_CHARS:
+        return encoded
+    head = encoded[:_HASHED_HEAD]
+    if "%" in head[-2:]:  # do not cut an escape in half
+        head = head[: head.rindex("%")]
+    return f"{head}%~{hashlib.sha256(raw).hexdigest()[:32]}"
+
+
+def key_of(name: str) -> str | None:
+    """The key a `storage_name` stands for; None for a hashed name (the key is too long to
+    be read back from its name)."""
+    if "%~" in name:
+        return None
+    if "%" not in name:
+        return name
+    return urllib.parse.unquote_to_bytes(name).decode("utf-8", "surrogatepass")
 
 
 class StatePaths(msgspec.Struct, frozen=True):
@@ -72,7 +115,7 @@ class StatePaths(msgspec.Struct, frozen=True):
         return self.run_dir / "orchestrator.json"
 
     def swarm_dir(self, swarm: str) -> Path:
-        return self.root / "swarms" / slug(swarm)
+        return self.root / "swarms" / storage_name(swarm)
 
     def swarm(self, swarm: str) -> SwarmPaths:
         directory = self.swarm_dir(swarm)
@@ -89,7 +132,7 @@ class StatePaths(msgspec.Struct, frozen=True):
 
     def stored_swarms(self, instance_key: str) -> list[str]:
         """The swarms (directory names) that hold a stored instance `instance_key`."""
-        found = (self.root / "swarms").glob(f"*/instances/{slug(instance_key)}")
+        found = (self.root / "swarms").glob(f"*/instances/{storage_name(instance_key)}")
         return sorted(d.parent.parent.name for d in found)
 
     def delete_instance(self, swarm: str, instance_key: str, *, workdir: bool) -> bool:
@@ -114,14 +157,14 @@ class SwarmPaths(msgspec.Struct, frozen=True):
     workspaces: Path
 
     def instance_dir(self, instance_key: str) -> Path:
-        return self.instances / slug(instance_key)
+        return self.instances / storage_name(instance_key)
 
     def conversation_dir(self, instance_key: str, agent: str) -> Path:
-        return self.instances.joinpath(slug(instance_key), slug(agent))
+        return self.instances.joinpath(storage_name(instance_key), storage_name(agent))
 
     def workdir(self, instance_key: str) -> Path:
-        return self.workspaces / slug(instance_key)
+        return self.workspaces / storage_name(instance_key)
 
     def agent_dir(self, agent: str) -> Path:
         """What an agent keeps across its instances (its runtime events)."""
-        return self.instances.parent / "agents" / slug(agent)
+        return self.instances.parent / "agents" / storage_name(agent)

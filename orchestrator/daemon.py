@@ -22,7 +22,7 @@ import msgspec
 import structlog
 
 from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
-from goondan.paths import StatePaths, StorageError, slug
+from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
 from ipc import messages as wire
 from ipc.endpoints import ensure_private_dir, ipc_endpoint
 from ipc.router_socket import DEFAULT_FD_SHARE, RouterSocket, Unroutable, connection_cap
@@ -366,7 +366,7 @@ class Daemon:
         await self.supervisor.stop(name, self._shutdown_sender("restart"), self.grace_s)
         if fresh:
             for directory in (self.paths.swarm_dir(self.swarm.name) / "instances").glob(
-                f"*/{slug(name)}"
+                f"*/{storage_name(name)}"
             ):
                 shutil.rmtree(directory, ignore_errors=True)
         slot.consecutive_crashes = 0
@@ -611,10 +611,14 @@ class Daemon:
 
     async def _cmd_instance_delete(self, args: dict[str, Any]) -> dict[str, Any]:
         key = args.get("instanceKey")
-        if not isinstance(key, str) or not key:
+        if not isinstance(key, str):
             raise CommandError("E_BAD_REQUEST", "instanceKey is required")
+        try:
+            storage_name(key)
+        except BadInstanceKey as exc:
+            raise CommandError(exc.code, str(exc)) from exc
         asked = args.get("swarm")
-        ours = slug(self.swarm.name)
+        ours = storage_name(self.swarm.name)
         swarms = [ours] if asked in (None, self.swarm.name, ours) else []
         swarms += [s for s in self.paths.stored_swarms(key) if asked in (None, s)]
         deleted = []
@@ -629,7 +633,7 @@ class Daemon:
                 calls=self.agent_calls,
             )
             if found:
-                deleted.append(f"{swarm}/{slug(key)}")
+                deleted.append(f"{swarm}/{storage_name(key)}")
         if not deleted:
             raise CommandError("INSTANCE_NOT_FOUND", f"no instance '{key}' under {self.paths.root}")
         self.instances.forget(key)

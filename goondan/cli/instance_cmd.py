@@ -11,7 +11,7 @@ from typing import Any
 
 from agentproc.conversation import read_messages
 from goondan.cli.client import ControlClient, daemon_running
-from goondan.paths import StatePaths, slug
+from goondan.paths import BadInstanceKey, StatePaths, key_of, storage_name
 from orchestrator.instances import DROP_TIMEOUT_S
 
 
@@ -33,7 +33,7 @@ def stored_instances(paths: StatePaths) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "swarm": swarm_dir.name,
-                    "instanceKey": instance_dir.name,
+                    "instanceKey": key_of(instance_dir.name) or instance_dir.name,
                     "agents": [d.name for d in agents],
                     "messages": sum(len(read_messages(d)) for d in agents),
                     "updatedAt": datetime.fromtimestamp(updated, UTC).isoformat(timespec="seconds"),
@@ -60,6 +60,11 @@ def _list(paths: StatePaths, args: argparse.Namespace) -> int:
 
 
 def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
+    try:
+        storage_name(args.key)
+    except BadInstanceKey as exc:
+        print(f"goondan: {exc.code}: {exc}", file=sys.stderr)
+        return 1
     if daemon_running(paths):
         # The daemon's agents may hold the conversation in memory: they drop it first.
         with ControlClient(paths) as client:
@@ -81,7 +86,7 @@ def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
         return 1
     for swarm in swarms:
         paths.delete_instance(swarm, args.key, workdir=args.workdir)
-        print(f"deleted {swarm}/{slug(args.key)}")
+        print(f"deleted {swarm}/{storage_name(args.key)}")
     return 0
 
 
