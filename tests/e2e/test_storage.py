@@ -4,11 +4,12 @@ before an orchestrator kill is answered after the restart."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 from agentproc.conversation import read_messages
 from orchestrator.journal import _decoder
-from tests.e2e.conftest import GOONDAN, Daemon, wait_for, write_bundle
+from tests.e2e.conftest import GOONDAN, Daemon, solo_bundle, wait_for, write_bundle
 from tests.e2e.test_delegation import BUNDLE, SLOW_TOOL
 from tests.small_disk import fill, small_disk
 
@@ -61,3 +62,24 @@ def test_a_full_disk_answers_e_storage_and_loses_nothing_accepted(tmp_path):
         finally:
             for each in daemons:
                 each.stop()
+
+
+def test_keys_slug_merged_keep_separate_conversations(start_daemon, state_root, tmp_path):
+    daemon = start_daemon(solo_bundle(tmp_path / "b"))
+    for key, text in (("dup", "first"), ("dup!", "second"), ("..", "third")):
+        proc = daemon.send(text, "--instance", key)
+        assert proc.returncode == 0, proc.stderr
+    instances = state_root / "swarms/default/instances"
+    assert sorted(p.name for p in instances.iterdir()) == ["%2E%2E", "dup", "dup%21"]
+    for name, text in (("dup", "first"), ("dup%21", "second"), ("%2E%2E", "third")):
+        contents = [m.content for m in read_messages(instances / name / "solo")]
+        assert contents and all(text in str(c) for c in contents), (name, contents)
+
+    listed = json.loads(daemon.cli("instance", "list", "--json").stdout)
+    assert sorted(row["instanceKey"] for row in listed) == ["..", "dup", "dup!"]
+    deleted = daemon.cli("instance", "delete", "dup!")
+    assert deleted.returncode == 0, deleted.stderr
+    assert sorted(p.name for p in instances.iterdir()) == ["%2E%2E", "dup"]
+
+    refused = daemon.send("nowhere", "--instance", "a\x01" + "b" * 2000)
+    assert refused.returncode == 1 and "E_BAD_INSTANCE_KEY" in refused.stderr, refused.stderr
