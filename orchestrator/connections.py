@@ -7,11 +7,13 @@ asked for the reply, the agent's answer goes back to it under the event's correl
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import structlog
 
 from goondan.bundle import Bundle, ConnectionSpec, Resource
+from goondan.paths import StorageError
 from ipc import messages as wire
 from orchestrator.ingress import event_text, route_event
 from orchestrator.journal import Journal
@@ -106,14 +108,21 @@ class Connections:
             correlation_id=cid,
             trace_id=env.trace_id,
         )
+        request_id = self._router.new_request_id()
+        try:  # durable before it is routed, as a CLI input
+            self._journal.accept(request_id, wire.encode_envelope(delegate))
+        except StorageError as exc:
+            self._ack(identity, cid, wire.EventAck(False, error=wire.ErrorInfo(exc.code, str(exc))))
+            return
         if event.reply:
             self._reply_wanted.add((identity, cid))
-        request_id = self._router.delegate(Requester("connector", identity, cid), delegate)
-        if request_id is None:  # refused at once (e.g. the agent left the swarm)
-            self._reply_wanted.discard((identity, cid))
+        requester = Requester("connector", identity, cid)
+        if self._router.delegate(requester, delegate, request_id) is None:
+            self._reply_wanted.discard((identity, cid))  # refused at once (e.g. agent left)
+            with contextlib.suppress(StorageError):  # a crash now replays it once more
+                self._journal.done(request_id)
             self._ack(identity, cid, wire.EventAck(False, error=_error("E_NO_ROUTE", route.agent)))
             return
-        self._journal.accept(request_id, wire.encode_envelope(delegate))
         self._ack(identity, cid, wire.EventAck(True, route.agent, route.instance_key))
 
     def answer(self, requester: Requester, frame: bytes) -> None:

@@ -5,11 +5,14 @@ before an orchestrator kill is answered after the restart."""
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import subprocess
 
 from agentproc.conversation import read_messages
+from goondan.paths import storage_name
 from orchestrator.journal import _decoder
-from tests.e2e.conftest import GOONDAN, Daemon, solo_bundle, wait_for, write_bundle
+from tests.e2e.conftest import GOONDAN, REPO, Daemon, solo_bundle, wait_for, write_bundle
 from tests.e2e.test_delegation import BUNDLE, SLOW_TOOL
 from tests.small_disk import fill, small_disk
 
@@ -83,3 +86,44 @@ def test_keys_slug_merged_keep_separate_conversations(start_daemon, state_root, 
 
     refused = daemon.send("nowhere", "--instance", "a\x01" + "b" * 2000)
     assert refused.returncode == 1 and "E_BAD_INSTANCE_KEY" in refused.stderr, refused.stderr
+
+
+def test_webhook_callers_keep_their_own_conversations_and_hear_e_storage(tmp_path):
+    from tests.e2e.test_connectors import SECRET, free_port, post
+
+    bundle = tmp_path / "webhook"
+    shutil.copytree(REPO / "configs" / "webhook", bundle)
+    port = free_port()
+    main = bundle / "goondan.yaml"
+    main.write_text(main.read_text().replace('PORT: {value: "8080"}', f'PORT: {{value: "{port}"}}'))
+    with small_disk() as root:
+        daemon = Daemon(bundle, root, env={"WEBHOOK_SECRET": SECRET})
+        try:
+
+            def listening() -> bool:
+                with socket.socket() as sock:
+                    return sock.connect_ex(("127.0.0.1", port)) == 0
+
+            wait_for(listening, timeout=20)
+            instances = root / "swarms/default/instances"
+            for caller in ("alice", "alice!", "alice/.."):
+                status, body = post(
+                    port, {"text": f"from {caller}", "properties": {"caller": caller}}
+                )
+                assert status == 202 and body["instanceKey"] == f"http:{caller}", body
+                convo = instances / storage_name(f"http:{caller}") / "responder"
+                wait_for(lambda c=convo: read_messages(c))
+            for caller in ("alice", "alice!", "alice/.."):
+                convo = instances / storage_name(f"http:{caller}") / "responder"
+                contents = [str(m.content) for m in read_messages(convo)]
+                assert all(c.endswith(f"from {caller}") for c in contents), contents
+
+            filler = fill(root)
+            status, body = post(port, {"text": "no room " + "x" * 20_000})
+            assert body["error"]["code"] == "E_STORAGE", body
+            assert "journal" in body["error"]["message"]
+            filler.unlink()
+            status, body = post(port, {"text": "room again", "properties": {"caller": "bob"}})
+            assert status == 202, body
+        finally:
+            daemon.stop()
