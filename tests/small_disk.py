@@ -15,14 +15,17 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def small_disk(size: str = "3m") -> Iterator[Path]:
-    """A fresh tmpfs of `size`, unmounted (and removed) afterwards."""
+def small_disk(size: str = "3m", at: Path | None = None) -> Iterator[Path]:
+    """A fresh tmpfs of `size` (on the new directory `at`, or a temporary one), unmounted
+    and removed afterwards."""
     if os.geteuid() != 0:
         raise AssertionError(
             "mounting a tmpfs needs root: run this test as root or under `unshare -Urm`"
         )
+    if at is not None:
+        at.mkdir(parents=True)
     # Short on purpose: unix socket paths under it are limited to 107 bytes.
-    path = Path(tempfile.mkdtemp(prefix="gd-disk-"))
+    path = at or Path(tempfile.mkdtemp(prefix="gd-disk-"))
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
     try:
         yield path

@@ -127,3 +127,26 @@ def test_webhook_callers_keep_their_own_conversations_and_hear_e_storage(tmp_pat
             assert status == 202, body
         finally:
             daemon.stop()
+
+
+def test_a_conversation_the_disk_cannot_hold_fails_its_turn_with_e_storage(
+    start_daemon, state_root, tmp_path
+):
+    daemon = start_daemon(solo_bundle(tmp_path / "b"))
+    assert daemon.send("hello", "--instance", "roomy").returncode == 0
+    pid = daemon.process("solo")["pid"]
+    with small_disk(at=state_root / "swarms/default/instances/full") as disk:
+        filler = fill(disk)
+        failed = daemon.send("hello", "--instance", "full")
+        assert failed.returncode == 1, failed.stderr
+        assert "E_STORAGE" in failed.stderr and "conversation" in failed.stderr
+        assert str(disk) in failed.stderr
+        # The agent answered and kept serving: no crash, other instances unaffected.
+        assert daemon.process("solo")["pid"] == pid
+        assert daemon.send("again", "--instance", "roomy").returncode == 0
+
+        filler.unlink()  # space returns: the instance works again
+        ok = daemon.send("hello again", "--instance", "full")
+        assert ok.returncode == 0, ok.stderr
+        contents = [str(m.content) for m in read_messages(disk / "solo")]
+        assert contents and "hello again" in contents[-1] and daemon.process("solo")["pid"] == pid
