@@ -73,3 +73,26 @@ def test_a_torn_line_in_the_middle_does_not_hide_the_lines_after_it(tmp_path):
         b'{"op":"accept","id":"c","frame":"Mw=="}\n'
     )
     assert [e.id for e in Journal(path).recover()] == ["a", "c"]
+
+
+async def test_the_requester_gets_its_answer_when_the_done_line_cannot_be_written():
+    from orchestrator.router import Requester, Router
+    from tests.unit.orchestrator.test_router import RecordingOutbox, delegate, reply_to
+
+    with small_disk() as disk:
+        journal = Journal(disk / "journal.jsonl")
+        journal.recover()
+        outbox = RecordingOutbox()
+        outbox.running.add("a")
+        router = Router({"a"}, "a", outbox, lambda name: None, lambda p: journal.done(p.oid))
+        router.agent_ready("a")
+        request_id = "r-" + "i" * 3000  # its done line needs a page of its own
+        journal.accept(request_id, b"frame")
+        router.delegate(Requester("control", b"cli", "c1"), delegate("a"), request_id)
+        filler = fill(disk)
+        [(_, forwarded)] = outbox.to_agents
+        router.result(reply_to(forwarded, "the answer"))
+        assert [r.response for r in outbox.results()] == ["the answer"]
+        filler.unlink()
+        journal.close()
+        assert [e.id for e in Journal(disk / "journal.jsonl").recover()] == [request_id]
