@@ -29,6 +29,15 @@ def test_a_full_disk_answers_e_storage_and_loses_nothing_accepted(tmp_path):
             (workdir / "delay").write_text("0")
             assert daemon.send("warm up", "--agent", "sleeper").returncode == 0
 
+            (workdir / "delay").write_text("30")
+            sender = subprocess.Popen(
+                [*GOONDAN, "send", "work please", "--agent", "sleeper", "--state-root", str(root)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            wait_for(lambda: (workdir / "attempts").exists(), timeout=15)  # accepted, running
+
             filler = fill(root)
             # Larger than what is left of the journal file's last page.
             refused = daemon.send("no room " + "x" * 20_000, "--agent", "sleeper")
@@ -39,19 +48,10 @@ def test_a_full_disk_answers_e_storage_and_loses_nothing_accepted(tmp_path):
             for line in journal.read_bytes().splitlines():
                 _decoder.decode(line)  # no torn line left behind
 
-            filler.unlink()  # space returns
-            (workdir / "delay").write_text("30")
-            sender = subprocess.Popen(
-                [*GOONDAN, "send", "work please", "--agent", "sleeper", "--state-root", str(root)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            wait_for(lambda: (workdir / "attempts").exists(), timeout=15)
-            daemon.proc.kill()  # SIGKILL: the input is only in the journal now
+            daemon.proc.kill()  # SIGKILL: the accepted input is only in the journal now
             daemon.proc.wait()
             sender.communicate(timeout=10)
-
+            filler.unlink()  # space returns
             (workdir / "delay").write_text("0")
             daemons.append(Daemon(bundle, root))
             convo = root / "swarms/default/instances/cli/sleeper"
@@ -62,6 +62,8 @@ def test_a_full_disk_answers_e_storage_and_loses_nothing_accepted(tmp_path):
 
             wait_for(answered, timeout=15)
             assert "delivering unanswered inputs from the journal" in daemons[-1].logs()
+            # the refused input was never accepted, so it is not replayed
+            assert not any("no room" in str(m.content) for m in read_messages(convo))
         finally:
             for each in daemons:
                 each.stop()
