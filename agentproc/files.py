@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
+
+from goondan.paths import StorageError
 
 _APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT
 
@@ -35,14 +38,20 @@ def fsync_dir(directory: Path) -> None:
 def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
     """Make `data` the content of `path` at once (write a temporary file, rename it over),
     creating the directory as needed. `durable`: fsync'd, file and directory, before it
-    returns, so a power loss leaves the old content or the new, never an empty file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    returns, so a power loss leaves the old content or the new, never an empty file.
+    A failed write (disk full, I/O error) raises `StorageError` and leaves the old content."""
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as out:
-        out.write(data)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as out:
+            out.write(data)
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, path)
         if durable:
-            out.flush()
-            os.fsync(out.fileno())
-    os.replace(tmp, path)
-    if durable:
-        fsync_dir(path.parent)
+            fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise StorageError(path.name, path, exc) from exc

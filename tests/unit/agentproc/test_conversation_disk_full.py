@@ -47,3 +47,22 @@ def test_runtime_events_on_a_full_disk_are_dropped_not_raised():
         log.emit(event)
         log.close()
         assert log.path.read_bytes().count(b"\n") == 2
+
+
+def test_extension_state_that_does_not_fit_raises_and_keeps_the_old_state():
+    from agentproc.extension_state import ExtensionStateStore
+
+    with small_disk() as disk:
+        store = ExtensionStateStore(disk / "state")
+        store.set("memo", {"n": 1})
+        store.save()
+        filler = fill(disk)
+        store.set("memo", {"n": 2, "pad": "x" * 64 * 1024})
+        with pytest.raises(StorageError) as caught:
+            store.save()
+        assert caught.value.code == "E_STORAGE" and "memo.json" in str(caught.value)
+        assert ExtensionStateStore(disk / "state").get("memo") == {"n": 1}
+        assert sorted(p.name for p in (disk / "state").iterdir()) == ["memo.json"]  # no .tmp
+        filler.unlink()
+        store.save()  # still pending: written once space returns
+        assert ExtensionStateStore(disk / "state").get("memo")["n"] == 2
