@@ -4,6 +4,9 @@
 <root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   conversation (base/events.jsonl)
 <root>/swarms/<swarm>/agents/<agent>/                     the agent's runtime events
 <root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
+
+Every `<instanceKey>`, `<swarm>` and `<agent>` above is its `storage_name`, one directory
+name per key and never the same for two.
 """
 
 from __future__ import annotations
