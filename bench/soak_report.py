@@ -1,0 +1,171 @@
+"""What the soak counts, and how: every request's fate from the clients' answers, the journal
+snapshots and the ledger; then the table and the JSON file.
+
+- accepted: the daemon journaled it: the client got an answer other than a refusal, or a
+  journal snapshot held it, or the ledger shows a turn for it.
+- refused: answered with a typed refusal (`E_STORAGE`, `MESSAGE_TOO_LARGE`) and no turn ran.
+- answered: accepted, and a coordinator turn finished for it: the client got an `ok`
+  answer, or the ledger holds the coordinator's line (a replay after a restart finished it).
+- failed: accepted, not answered, but the client got a typed error (it was told).
+- lost: accepted and none of the above. Must be 0.
+- unacknowledged: the daemon died before the client got any answer and nothing shows it was
+  journaled: never accepted, so not lost.
+- duplicated: the client got two answers for one request, or one agent process ran the same
+  request's turn twice with no crash (harness kill, daemon death, agent respawn) in between.
+  Redelivery after a crash is at-least-once by design and is not a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bench.soak_bundle import LedgerLine
+from bench.soak_load import REFUSAL_CODES, Request
+
+
+class Fates(msgspec.Struct):
+    sent: int = 0
+    accepted: int = 0
+    answered: int = 0
+    answered_by_replay: int = 0  # answered, though the client saw no answer
+    refused: int = 0
+    failed: int = 0
+    lost: int = 0
+    unacknowledged: int = 0
+    duplicated_answers: int = 0
+    duplicated_turns: int = 0
+    forged_answers: int = 0  # an `ok` answer the real agents did not write
+    wrong_answers: int = 0  # `ok`, but not the expected text (e.g. the worker's error)
+    hung: int = 0  # no answer within the request's timeout while the daemon stayed up
+    client_outcomes: dict[str, int] = {}
+    error_codes: dict[str, int] = {}
+    lost_ids: list[str] = []
+    duplicated_ids: list[str] = []
+
+    @property
+    def duplicated(self) -> int:
+        return self.duplicated_answers + self.duplicated_turns
+
+
+def classify(
+    requests: list[Request],
+    journal_ids: set[str],
+    ledger: list[LedgerLine],
+    crash_times: list[float],
+) -> Fates:
+    fates = Fates(sent=len(requests))
+    by_id: dict[str, list[LedgerLine]] = defaultdict(list)
+    for line in ledger:
+        by_id[line.request_id].append(line)
+    outcomes: Counter[str] = Counter()
+    codes: Counter[str] = Counter()
+    for req in requests:
+        outcomes[req.outcome] += 1
+        lines = by_id.get(req.request_id, [])
+        coordinator_done = any(line.role == "coordinator" for line in lines)
+        if req.outcome == "error":
+            codes[req.code] += 1
+        if req.outcome == "error" and req.code in REFUSAL_CODES and not lines:
+            fates.refused += 1
+            continue
+        told = req.outcome in ("ok", "forged", "wrong", "error")
+        if not (told or req.request_id in journal_ids or lines):
+            fates.unacknowledged += 1
+            continue
+        fates.accepted += 1
+        fates.forged_answers += req.outcome == "forged"
+        fates.wrong_answers += req.outcome == "wrong"
+        fates.hung += req.outcome == "no_answer"
+        if req.outcome in ("ok", "forged", "wrong") or coordinator_done:
+            fates.answered += 1
+            fates.answered_by_replay += not told
+        elif req.outcome == "error":
+            fates.failed += 1
+        else:
+            fates.lost += 1
+            fates.lost_ids.append(req.request_id)
+        if req.answers > 1:
+            fates.duplicated_answers += 1
+            fates.duplicated_ids.append(req.request_id)
+        elif _turn_twice_without_crash(lines, crash_times):
+            fates.duplicated_turns += 1
+            fates.duplicated_ids.append(req.request_id)
+    fates.client_outcomes = dict(outcomes)
+    fates.error_codes = dict(codes)
+    return fates
+
+
+def _turn_twice_without_crash(lines: list[LedgerLine], crash_times: list[float]) -> bool:
+    seen: dict[tuple[str, int], float] = {}
+    for line in sorted(lines, key=lambda item: item.at):
+        key = (line.role, line.pid)
+        earlier = seen.get(key)
+        if earlier is not None and not any(earlier <= t <= line.at for t in crash_times):
+            return True
+        seen[key] = line.at
+    return False
+
+
+def render(report: dict[str, Any]) -> str:
+    fates = report["fates"]
+    rows = [
+        ("duration", f"{report['minutes']:g} min ({report['elapsedSeconds']:.0f} s)"),
+        ("requests sent", fates["sent"]),
+        ("accepted", fates["accepted"]),
+        ("answered once", fates["answered"] - fates["duplicatedAnswers"]),
+        ("  of which finished by a replay", fates["answeredByReplay"]),
+        ("refused (typed: E_STORAGE, MESSAGE_TOO_LARGE)", fates["refused"]),
+        ("failed (typed error answer)", fates["failed"]),
+        ("unacknowledged (daemon died before journaling)", fates["unacknowledged"]),
+        ("LOST (must be 0)", fates["lost"]),
+        ("DUPLICATED (must be 0)", fates["duplicatedAnswers"] + fates["duplicatedTurns"]),
+        ("  two answers to one request", fates["duplicatedAnswers"]),
+        ("  a turn twice without a crash", fates["duplicatedTurns"]),
+        ("forged answers delivered", fates["forgedAnswers"]),
+        ("wrong answers (ok, unexpected text)", fates["wrongAnswers"]),
+        ("hung (no answer, daemon up)", fates["hung"]),
+        ("daemon restarts", report["daemonRestarts"]),
+        ("  of which unexpected daemon deaths", len(report["unexpectedDaemonExits"])),
+        ("agent kills", report["agentKills"]),
+        ("agents outliving the orchestrator", report["orphanedAgents"]),
+        ("disk-full episodes", report["diskFullEpisodes"]),
+        ("peak RSS orchestrator", f"{report['peakRssKiB']['orchestrator'] / 1024:.1f} MiB"),
+        ("peak RSS agents (total)", f"{report['peakRssKiB']['agents'] / 1024:.1f} MiB"),
+        ("journal drained at the end", report["journalDrained"]),
+    ]
+    width = max(len(name) for name, _ in rows)
+    out = [f"| {'figure'.ljust(width)} | value |", f"|{'-' * (width + 2)}|-------|"]
+    out.extend(f"| {name.ljust(width)} | {value} |" for name, value in rows)
+    out.append("")
+    out.append("attacks run:")
+    for name, count in sorted(report["attacks"].items()):
+        out.append(f"- {name}: {count}")
+    if fates["errorCodes"]:
+        out.append(f"error answers by code: {fates['errorCodes']}")
+    if report["fatal"]:
+        out.append(f"RUN CUT SHORT: {report['fatal']}")
+    for death in report["unexpectedDaemonExits"]:
+        out.append(f"unexpected daemon exit: {death}")
+    return "\n".join(out)
+
+
+def write(report: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+
+
+def to_json(fates: Fates) -> dict[str, Any]:
+    data: dict[str, Any] = msgspec.to_builtins(fates)
+    camel = {_camel(key): value for key, value in data.items()}
+    camel["lostIds"] = camel["lostIds"][:50]
+    camel["duplicatedIds"] = camel["duplicatedIds"][:50]
+    return camel
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
