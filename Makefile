@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test bench lint docs clean
+.PHONY: install run test bench soak lint docs clean
 
 install: $(STAMP)
 
@@ -24,6 +24,12 @@ test: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# Not part of `make test`: N minutes of real delegations under attack, then a count (as root:
+# the state root is a small tmpfs the soak mounts and fills). Exit 1 if anything was lost.
+MINUTES ?= 10
+soak: install
+	$(BIN)/python -m bench.soak --minutes $(MINUTES) --report soak.json
 
 lint: install
 	$(BIN)/python -m pip install -q ruff mypy

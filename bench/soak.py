@@ -54,7 +54,7 @@ class Soak:
         self.daemon = SoakDaemon(bundle, state_root, workdir / "daemon.log")
         self.clients = Clients(
             args.clients,
-            str(state_root / "run" / "control.sock"),
+            state_root / "run" / "control.sock",
             self.daemon.generation,
             args.request_timeout,
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-LEDGER_TOOL = '''"""Soak ledger: one line per turn that reached this tool (append-only, O_APPEND)."""
+LEDGER_TOOL = '''"""Soak ledger: one line per turn that reached this tool (O_APPEND)."""
 
 import os
 import time
@@ -160,4 +160,3 @@ def read_ledger(ledger: Path) -> list[LedgerLine]:
 
 def expected_answer(request_id: str) -> str:
     return f"done {request_id}: recorded {request_id}"
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -37,14 +38,13 @@ class Clients:
     """`count` client threads sharing one list of requests."""
 
     def __init__(
-        self, count: int, control_socket: str, generation: Generation, timeout_s: float
+        self, count: int, control_socket: Path, generation: Generation, timeout_s: float
     ) -> None:
         self.count = count
         self.endpoint = ipc_endpoint(control_socket)
         self.generation = generation
         self.timeout_s = timeout_s
         self.requests: dict[str, Request] = {}
-        self.late_answers = 0  # answers to a request whose socket had given it up
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._run = secrets.token_hex(2)

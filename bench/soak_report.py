@@ -45,6 +45,7 @@ class Fates(msgspec.Struct):
     client_outcomes: dict[str, int] = {}
     error_codes: dict[str, int] = {}
     lost_ids: list[str] = []
+    lost_details: list[str] = []  # "<id>: client saw <outcome>, ledger <roles>" (first 50)
     duplicated_ids: list[str] = []
 
     @property
@@ -89,6 +90,11 @@ def classify(
         else:
             fates.lost += 1
             fates.lost_ids.append(req.request_id)
+            roles = ",".join(line.role for line in lines) or "empty"
+            journaled = "journaled" if req.request_id in journal_ids else "not in a snapshot"
+            fates.lost_details.append(
+                f"{req.request_id}: client saw {req.outcome}, {journaled}, ledger {roles}"
+            )
         if req.answers > 1:
             fates.duplicated_answers += 1
             fates.duplicated_ids.append(req.request_id)
@@ -163,6 +169,7 @@ def to_json(fates: Fates) -> dict[str, Any]:
     camel = {_camel(key): value for key, value in data.items()}
     camel["lostIds"] = camel["lostIds"][:50]
     camel["duplicatedIds"] = camel["duplicatedIds"][:50]
+    camel["lostDetails"] = camel["lostDetails"][:50]
     return camel
 
 
