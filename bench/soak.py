@@ -30,7 +30,7 @@ from typing import Any
 from bench import soak_attacks as attacks
 from bench import soak_report
 from bench.soak_bundle import AGENTS, read_ledger, write_bundle
-from bench.soak_daemon import SoakDaemon, StartFailed, rss_kib
+from bench.soak_daemon import SoakDaemon, StartFailed, disk_used_kib, largest_files, rss_kib
 from bench.soak_load import Clients
 
 # Episodes per minute of each attack, by default; `--rate-scale` multiplies them all.
@@ -43,7 +43,6 @@ RATES = {
     "huge_frame": 2.0,
     "forged_results": 3.0,
 }
-TMPFS_SIZE = "64m"
 
 
 class Soak:
@@ -57,6 +56,7 @@ class Soak:
             state_root / "run" / "control.sock",
             self.daemon.generation,
             args.request_timeout,
+            args.think_ms / 1000,
         )
         self.rng = random.Random(args.seed)
         self.attacks: Counter[str] = Counter()
@@ -65,7 +65,10 @@ class Soak:
         self.unexpected_exits: list[str] = []
         self.orphans = 0
         self.peak = {"orchestrator": 0, "agents": 0}
+        self.disk_peak_kib = 0  # outside the harness's own filler episodes
+        self.filling = False
         self.fatal = ""
+        self.disk_at_end: tuple[int, list[str]] = (0, [])
         self._last_agents: list[int] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()  # kills and restarts vs the hostile peers' thread
@@ -150,7 +153,11 @@ class Soak:
                 self.orphans += len(self.daemon.kill())
                 self.daemon.start()
             elif name == "disk_full":
-                _, note = attacks.fill_disk(self.daemon.state_root, self.args.disk_hold)
+                self.filling = True
+                try:
+                    _, note = attacks.fill_disk(self.daemon.state_root, self.args.disk_hold)
+                finally:
+                    self.filling = False
             elif name == "half_open":
                 note = attacks.half_open(sockets, self.args.half_open, hold_s=2.0)
             elif name == "garbage":
@@ -192,6 +199,9 @@ class Soak:
                 self._last_agents = list(pids.values())
                 total = sum(rss_kib(p) for p in pids.values())
                 self.peak["agents"] = max(self.peak["agents"], total)
+                if not self.filling:
+                    used = disk_used_kib(self.daemon.state_root)
+                    self.disk_peak_kib = max(self.disk_peak_kib, used)
                 for name, agent_pid in pids.items():
                     if seen.get(name, agent_pid) != agent_pid:
                         self.crash_times.append(time.time() - 0.5)  # before it was noticed
@@ -215,6 +225,10 @@ class Soak:
                     break
                 time.sleep(0.25)
             self.daemon.stop()
+            self.disk_at_end = (
+                disk_used_kib(self.daemon.state_root),
+                largest_files(self.daemon.state_root),
+            )
             return drained
 
     def _report(self, elapsed: float, drained: bool) -> dict[str, Any]:
@@ -242,6 +256,12 @@ class Soak:
             "attacks": attacks_run,
             "lastAttackNotes": self.notes,
             "journalDrained": drained,
+            "stateRootKiB": {
+                "size": self.args.tmpfs_mib * 1024,
+                "peakUsedByTheDaemon": self.disk_peak_kib,
+                "usedAtEnd": self.disk_at_end[0],
+                "largestFilesAtEnd": self.disk_at_end[1],
+            },
             "fatal": self.fatal,
         }
 
@@ -250,10 +270,10 @@ class Soak:
 
 
 @contextlib.contextmanager
-def tmpfs(path: Path) -> Any:
+def tmpfs(path: Path, size_mib: int) -> Any:
     path.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0700", "tmpfs", str(path)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m,mode=0700", "tmpfs", str(path)],
         check=True,
     )
     try:
@@ -272,6 +292,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rate-scale", type=float, default=1.0, help="multiplies every attack rate")
     p.add_argument("--half-open", type=int, default=200, help="connections per socket held")
     p.add_argument("--disk-hold", type=float, default=3.0, help="seconds the disk stays full")
+    # The daemon's own state outgrows 64 MiB: runtime events keep up to 2 x 16 MiB per agent,
+    # and conversations take ~2 KiB per request (~100 MiB in 10 minutes at the default pace).
+    p.add_argument("--tmpfs-mib", type=int, default=256, help="size of the state root's tmpfs")
+    p.add_argument("--think-ms", type=float, default=100.0, help="each client's pause per request")
     p.add_argument("--seed", type=int, default=None)
     return p.parse_args(argv)
 
@@ -283,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="soak-"))
     state_root = args.state_root or workdir / "s"
     try:
-        with tmpfs(state_root):
+        with tmpfs(state_root, args.tmpfs_mib):
             report = Soak(args, workdir, state_root).run()
     finally:
         with contextlib.suppress(OSError):

@@ -97,6 +97,11 @@ class SoakDaemon:
                 self.starts += 1
                 self.generation.came_up()
                 return
+            if self.proc.poll() is None:  # up, but never answering: not ours to leave
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+                last_error = f"no answer to `status`: {self.log_tail()}"
+                break
             last_error = f"exited {self.proc.returncode}: {self.log_tail()}"
             time.sleep(0.2)  # e.g. the state root's lock is still held
         raise StartFailed(f"goondan run did not come up in {timeout_s:g}s: {last_error}")
@@ -247,6 +252,26 @@ def _alive(pid: int) -> bool:
         # A zombie is dead for our purposes.
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
     return False
+
+
+def disk_used_kib(path: Path) -> int:
+    """KiB in use on the file system holding `path`."""
+    try:
+        stat = os.statvfs(path)
+    except OSError:
+        return 0
+    return (stat.f_blocks - stat.f_bfree) * stat.f_frsize // 1024
+
+
+def largest_files(root: Path, count: int = 5) -> list[str]:
+    """The `count` biggest files under `root`, as "<KiB> <path relative to root>"."""
+    sizes = []
+    for path in root.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file():
+                sizes.append((path.stat().st_size, path))
+    sizes.sort(reverse=True)
+    return [f"{size // 1024} KiB {path.relative_to(root)}" for size, path in sizes[:count]]
 
 
 def rss_kib(pid: int, field: str = "VmRSS") -> int:

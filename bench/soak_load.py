@@ -38,12 +38,19 @@ class Clients:
     """`count` client threads sharing one list of requests."""
 
     def __init__(
-        self, count: int, control_socket: Path, generation: Generation, timeout_s: float
+        self,
+        count: int,
+        control_socket: Path,
+        generation: Generation,
+        timeout_s: float,
+        think_s: float = 0.0,
     ) -> None:
+        """`think_s`: each client's pause between an answer and its next request."""
         self.count = count
         self.endpoint = ipc_endpoint(control_socket)
         self.generation = generation
         self.timeout_s = timeout_s
+        self.think_s = think_s
         self.requests: dict[str, Request] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -80,6 +87,8 @@ class Clients:
                     while not self._stop.is_set() and gen == self.generation.value:
                         seq += 1
                         self._one(sock, index, seq, gen)
+                        if self.think_s:
+                            self._stop.wait(self.think_s)
                 finally:
                     sock.close(linger=0)
         finally:

@@ -45,6 +45,7 @@ class Fates(msgspec.Struct):
     client_outcomes: dict[str, int] = {}
     error_codes: dict[str, int] = {}
     lost_ids: list[str] = []
+    wrong_samples: list[str] = []  # the first few unexpected `ok` texts
     lost_details: list[str] = []  # "<id>: client saw <outcome>, ledger <roles>" (first 50)
     duplicated_ids: list[str] = []
 
@@ -81,6 +82,8 @@ def classify(
         fates.accepted += 1
         fates.forged_answers += req.outcome == "forged"
         fates.wrong_answers += req.outcome == "wrong"
+        if req.outcome == "wrong" and len(fates.wrong_samples) < 5:
+            fates.wrong_samples.append(f"{req.request_id}: {req.code}")
         fates.hung += req.outcome == "no_answer"
         if req.outcome in ("ok", "forged", "wrong") or coordinator_done:
             fates.answered += 1
@@ -119,6 +122,7 @@ def _turn_twice_without_crash(lines: list[LedgerLine], crash_times: list[float])
 
 def render(report: dict[str, Any]) -> str:
     fates = report["fates"]
+    disk = report["stateRootKiB"]
     rows = [
         ("duration", f"{report['minutes']:g} min ({report['elapsedSeconds']:.0f} s)"),
         ("requests sent", fates["sent"]),
@@ -143,6 +147,10 @@ def render(report: dict[str, Any]) -> str:
         ("peak RSS orchestrator", f"{report['peakRssKiB']['orchestrator'] / 1024:.1f} MiB"),
         ("peak RSS agents (total)", f"{report['peakRssKiB']['agents'] / 1024:.1f} MiB"),
         ("journal drained at the end", report["journalDrained"]),
+        (
+            "state root used by the daemon (peak / size)",
+            f"{disk['peakUsedByTheDaemon'] / 1024:.1f} / {disk['size'] / 1024:.0f} MiB",
+        ),
     ]
     width = max(len(name) for name, _ in rows)
     out = [f"| {'figure'.ljust(width)} | value |", f"|{'-' * (width + 2)}|-------|"]

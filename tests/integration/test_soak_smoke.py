@@ -26,6 +26,8 @@ def test_soak_runs_every_attack_and_counts_every_request() -> None:
                 "15",
                 "--clients",
                 "4",
+                "--think-ms",
+                "20",
                 "--request-timeout",
                 "5",
                 "--half-open",
