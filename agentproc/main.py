@@ -24,6 +24,7 @@ from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
 from ipc import messages as wire
+from ipc.credential import properties, read_credential_fd
 from ipc.dealer import send_once
 
 
@@ -142,6 +143,11 @@ def _make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--nice", type=int, default=0, help="lower this process's priority by this much"
     )
+    parser.add_argument(
+        "--credential-fd",
+        type=int,
+        help="an inherited pipe with the credential to present to the orchestrator",
+    )
     return parser
 
 
@@ -154,7 +160,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return _PARSER.parse_args(argv)
 
 
-async def _serve(args: argparse.Namespace) -> int:
+async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
     log = structlog.get_logger().bind(agent=args.agent)
     try:
         definition, catalog = await build_definition(args)
@@ -162,7 +168,7 @@ async def _serve(args: argparse.Namespace) -> int:
         log.error("agent cannot start", error=str(exc))
         error = wire.ErrorInfo("E_AGENT_START", str(exc))
         frame = wire.encode(wire.START_ERROR, args.agent, wire.ORCHESTRATOR, error)
-        await send_once(args.endpoint, args.agent, frame)
+        await send_once(args.endpoint, args.agent, frame, properties=properties(credential))
         return 3
     process = AgentProcess(
         definition,
@@ -170,6 +176,7 @@ async def _serve(args: argparse.Namespace) -> int:
         catalog=catalog,
         paths=StatePaths.at(args.state_root),
         endpoint=args.endpoint,
+        credential=credential,
         durability="fsync" if os.environ.get("GOONDAN_DURABILITY") == "fsync" else "os",
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
@@ -179,8 +186,11 @@ async def _serve(args: argparse.Namespace) -> int:
         await definition.provider.aclose()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
+    """`credential`: what the template was given for this launch (else `--credential-fd`)."""
     args = parse_args(argv)
+    if credential is None and args.credential_fd is not None:
+        credential = read_credential_fd(args.credential_fd)
     die_with_parent(args.parent_pid)
     if args.nice > 0:
         os.nice(args.nice)  # before any thread starts: threads take their creator's
@@ -191,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvloop
 
-        return uvloop.run(_serve(args))
+        return uvloop.run(_serve(args, credential))
     except KeyboardInterrupt:
         return 130
     finally:

@@ -21,6 +21,7 @@ from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request,
 from goondan.paths import BadInstanceKey, StatePaths, StorageError
 from ipc import messages as wire
 from ipc import zmtp
+from ipc.credential import properties
 from ipc.dealer import Dealer
 
 HEARTBEAT_INTERVAL_S = 1.0
@@ -70,6 +71,7 @@ class AgentProcess:
         catalog: dict[str, Any],
         paths: StatePaths,
         endpoint: str,
+        credential: bytes | None = None,
         durability: Durability = "os",
         max_loaded_instances: int = MAX_LOADED_INSTANCES,
     ) -> None:
@@ -78,14 +80,21 @@ class AgentProcess:
         extension state and long-running tool records before going on (safe from power loss,
         slower).
         Past `max_loaded_instances`, the least recently used are synced and unloaded.
-        `endpoint` is the orchestrator's ROUTER (`ipc://`)."""
+        `endpoint` is the orchestrator's ROUTER (`ipc://`); `credential` is presented when
+        connecting (the orchestrator admits only the processes it launched)."""
         self.definition = definition
         self.name = definition.name
         self.swarm = swarm
         self.catalog = catalog
         self._dirs = paths.swarm(swarm)
         self.log = structlog.get_logger().bind(agent=self.name)
-        self.channel = Dealer(endpoint, self.name, self.on_frames, on_disconnect=self._disconnected)
+        self.channel = Dealer(
+            endpoint,
+            self.name,
+            self.on_frames,
+            on_disconnect=self._disconnected,
+            properties=properties(credential),
+        )
         self.peers = PeerClient(self.name, self._send)
         self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(self._run_job)
         self._instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first

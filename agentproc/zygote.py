@@ -5,7 +5,8 @@ of a process that already has them is ready in a few milliseconds, and idle agen
 pages with the template (`reference/ipc-limits.md` §4). Like multiprocessing's forkserver, the
 template has no event loop, no threads and no ZeroMQ context when it forks.
 
-Protocol (JSON lines): the orchestrator writes `{"id": N, "argv": [...]}` to our stdin; we answer
+Protocol (JSON lines): the orchestrator writes `{"id": N, "argv": [...], "credential": "..."}`
+to our stdin (the credential reaches the child in memory, never in its argv); we answer
 `{"id": N, "pid": P}` (or `{"id": N, "error": "..."}`) on stdout, and `{"exit": P, "code": C}`
 when a child ends (C is negative for a signal, like `Popen.returncode`). EOF on stdin ends us;
 the children then die through their parent-death signal.
@@ -52,7 +53,7 @@ def _reap(out: int) -> None:
         _write(out, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _child(argv: list[str], fds: tuple[int, ...]) -> None:
+def _child(argv: list[str], credential: str | None, fds: tuple[int, ...]) -> None:
     """In the forked child: drop the template's plumbing, then become an agent process."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -67,7 +68,7 @@ def _child(argv: list[str], fds: tuple[int, ...]) -> None:
     # so un-share) every page they live on. gc still collects what this agent allocates.
     code = 1
     try:
-        code = agentproc.main.main(argv)
+        code = agentproc.main.main(argv, credential.encode() if credential else None)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - report and exit; never return into the template loop
@@ -127,7 +128,7 @@ def serve() -> int:
                 _write(stdout, {"id": request["id"], "error": str(exc)})
                 continue
             if pid == 0:
-                _child(request["argv"], (stdin, stdout, wake_r, wake_w))
+                _child(request["argv"], request.get("credential"), (stdin, stdout, wake_r, wake_w))
             _write(stdout, {"id": request["id"], "pid": pid})
 
 

@@ -1,9 +1,10 @@
 """A connector process: one per Connection, started and supervised by the orchestrator.
 
     python -m orchestrator.connector_child --connection NAME --bundle PATH \\
-        --endpoint ipc://... --state-root DIR --parent-pid PID
+        --endpoint ipc://... --state-root DIR --parent-pid PID [--credential-fd N]
 
-It connects a DEALER as `connection:NAME`, loads the Connection (config and secrets resolved from
+It connects a DEALER as `connection:NAME` (presenting the credential read from the inherited
+pipe N, which the orchestrator checks), loads the Connection (config and secrets resolved from
 the environment), imports the Connector's entry, sends `ready` and runs `await main(ctx)`,
 heartbeating every second. On `shutdown` (or SIGTERM) it sets `ctx.stopping`, gives `main` most
 of the grace period to return, cancels it, sends `shutdown_ack` (for a `shutdown`) and exits 0.
@@ -36,6 +37,7 @@ from goondan.connectors import (
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from ipc import messages as wire
+from ipc.credential import properties, read_credential_fd
 from ipc.dealer import Dealer, send_once
 
 HEARTBEAT_INTERVAL_S = 1.0
@@ -45,7 +47,13 @@ EXIT_OK, EXIT_CRASHED, EXIT_START_ERROR = 0, 1, 3
 
 
 class ConnectorProcess:
-    def __init__(self, setup: ConnectionSetup, main: ConnectorMain, endpoint: str):
+    def __init__(
+        self,
+        setup: ConnectionSetup,
+        main: ConnectorMain,
+        endpoint: str,
+        credential: bytes | None = None,
+    ):
         self.ctx = ConnectorContext(
             connection_name=setup.connection,
             connector_name=setup.connector,
@@ -56,7 +64,11 @@ class ConnectorProcess:
         self.main = main
         self.log = structlog.get_logger().bind(connection=setup.connection)
         self.channel = Dealer(
-            endpoint, self.ctx.identity, self.on_frames, on_disconnect=self._disconnected
+            endpoint,
+            self.ctx.identity,
+            self.on_frames,
+            on_disconnect=self._disconnected,
+            properties=properties(credential),
         )
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
@@ -157,10 +169,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--state-root", required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--credential-fd", type=int)
     return parser.parse_args(argv)
 
 
-async def _serve(args: argparse.Namespace, redactor: SecretRedactor) -> int:
+async def _serve(
+    args: argparse.Namespace, redactor: SecretRedactor, credential: bytes | None
+) -> int:
     identity = f"connection:{args.connection}"
     log = structlog.get_logger()
     try:
@@ -174,15 +189,17 @@ async def _serve(args: argparse.Namespace, redactor: SecretRedactor) -> int:
             args.endpoint,
             identity,
             wire.encode(wire.START_ERROR, identity, wire.ORCHESTRATOR, error),
+            properties=properties(credential),
         )
         return EXIT_START_ERROR
-    process = ConnectorProcess(setup, main, args.endpoint)
+    process = ConnectorProcess(setup, main, args.endpoint, credential)
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
     return await process.run()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    credential = None if args.credential_fd is None else read_credential_fd(args.credential_fd)
     die_with_parent(args.parent_pid)
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -193,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvloop
 
-        return uvloop.run(_serve(args, redactor))
+        return uvloop.run(_serve(args, redactor, credential))
     finally:
         sys.stdout.flush()
 

@@ -43,6 +43,8 @@ from orchestrator.reload import agent_fingerprints, connection_fingerprints
 from orchestrator.router import Pending, Requester, Router
 from orchestrator.supervisor import HANG_TIMEOUT_S, Exit, Supervisor, kind_of
 from orchestrator.systemd import Notifier
+from orchestrator.throttled_log import ThrottledLog
+from orchestrator.trust import PEER_KEY_FILE, SENDS, Admitted, Refused, admit, write_peer_key
 from orchestrator.watch import watch
 
 DEFAULT_INPUT_TIMEOUT_MS = 600_000  # a CLI input may run a long turn
@@ -83,6 +85,9 @@ class Daemon:
         self._local_ids = itertools.count(1)
         self._local_waiters: dict[str, asyncio.Future[wire.DelegateResult]] = {}
         self._log = structlog.get_logger().bind(swarm=self.swarm.name)
+        # What a peer can provoke at will is logged once per reason per interval.
+        self._refusals = ThrottledLog(self._log)
+        self._admitted: dict[bytes, Admitted] = {}  # by identity: how its peer got in
         self.started_at = time.time()
         self.input_trace_id: str | None = None  # of `run --input`, for its transcript
         # Shows what a `run --input` turn streams (text, tool progress), when set.
@@ -112,8 +117,12 @@ class Daemon:
         open_files = _raise_open_files_limit()  # before any agent: they inherit it
         agents_endpoint = ipc_endpoint(self.paths.agents_socket)
         control_endpoint = ipc_endpoint(self.paths.control_socket)
+        self._peer_key = write_peer_key(self.paths.run_dir / PEER_KEY_FILE)
         self.agents = RouterSocket(
-            agents_endpoint, self._on_agent_frames, on_peer_error=self._agent_socket_error
+            agents_endpoint,
+            self._on_agent_frames,
+            on_peer_error=self._agent_socket_error,
+            admit=self._admit,
         )
         # Ours too, not libzmq's: at the open-file limit libzmq's listener aborts the process.
         self.control = RouterSocket(
@@ -405,9 +414,24 @@ class Daemon:
 
     # -- agents socket -----------------------------------------------------------------------
 
+    def _admit(self, identity: bytes, properties: dict[bytes, bytes]) -> str | None:
+        """agents.sock's admission (`orchestrator.trust`): None lets the peer in."""
+        name = identity.decode(errors="replace")
+        try:
+            admitted = admit(self.supervisor.slots.get(name), properties, self._peer_key)
+        except Refused as exc:
+            return str(exc)
+        self._admitted[identity] = admitted
+        if admitted.how == "external":
+            self._log.info("external agent admitted with the operator's key", agent=name)
+        return None
+
     def _agent_socket_error(self, identity: bytes | None, reason: str) -> None:
         peer = identity.decode(errors="replace") if identity is not None else None
-        self._log.warning("dropped a connection to agents.sock", peer=peer, reason=reason)
+        if reason.startswith("refused: "):
+            self._refusals.warning("agents.sock peer refused", reason, peer=peer, reason=reason)
+        else:
+            self._refusals.warning("dropped a connection to agents.sock", peer=peer, reason=reason)
 
     def _on_agent_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
@@ -426,16 +450,27 @@ class Daemon:
     def _on_agent_message(
         self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
     ) -> None:
-        known = name in self.supervisor.slots
-        if not known:
-            self._log.warning("message from an unknown peer dropped", sender=name, type=env.type)
+        slot = self.supervisor.slots.get(name)
+        kind = env.type
+        if slot is None:  # its agent left the swarm in a reload
+            self._refusals.warning(
+                "message from an unknown peer dropped", name, sender=name, type=kind
+            )
+            return
+        if kind not in SENDS[slot.kind]:
+            self._refusals.warning(
+                "message type not allowed for its sender dropped",
+                f"{name}/{kind}",
+                sender=name,
+                senderKind=slot.kind,
+                type=kind,
+            )
             return
         self.supervisor.touch(name)
-        kind = env.type
         if kind == wire.DELEGATE:
             self.router.delegate(Requester("agent", identity, env.correlation_id), env)
         elif kind == wire.DELEGATE_RESULT:
-            self.router.result(env)
+            self.router.result(env, name)
             self.supervisor.note_success(name)
             self.supervisor.set_busy(name, self.router.in_flight(name) > 0)
         elif kind == wire.EVENT:
@@ -446,6 +481,11 @@ class Daemon:
             ready = wire.decode_payload(env, wire.Ready)
             if ready.protocol_version != wire.PROTOCOL_VERSION:
                 self._log.error("agent speaks another protocol version", agent=name)
+                return
+            admitted = self._admitted.get(identity)
+            if admitted is None or not admitted.speaks_for(slot):
+                # e.g. a process that has exited since: its slot has no process, or another
+                self._refusals.warning("ready from a gone process dropped", name, agent=name)
                 return
             self.supervisor.mark_ready(name, ready.pid)
         elif kind == wire.START_ERROR:
@@ -523,13 +563,13 @@ class Daemon:
                 name, "E_AGENT_START", f"agent '{name}' cannot start: {exit.start_error}"
             )
             return
-        if crashed and not exit.was_ready and exit.consecutive_crashes >= 2:
+        if crashed and not exit.was_ready and exit.startup_crashes >= 2:
             # Dies before it is ready, again: don't let the requests wait for a fix.
             self.router.fail_waiting(
                 name,
                 "E_AGENT_CRASHED",
                 f"agent '{name}' keeps crashing during start-up (exit code {exit.code}, "
-                f"{exit.consecutive_crashes} times in a row); see the orchestrator's log",
+                f"{exit.startup_crashes} times in a row); see the orchestrator's log",
             )
         code = "E_AGENT_CRASHED" if crashed else "E_AGENT_STOPPED"
         waiting = self.router.agent_gone(

@@ -6,17 +6,23 @@
   share the runtime's memory pages.
 - `SubprocessLauncher`: a fresh interpreter per agent (`python -m agentproc`). Slower (~120 ms
   of imports) but the simplest thing to debug.
+
+Every launch carries the slot's credential (`ipc.credential`), never in argv or the
+environment: in the template's JSON launch line (the forked child has it in memory), or on a
+pipe the fresh interpreter inherits (`--credential-fd N`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -72,7 +78,9 @@ class Launcher(Protocol):
         """Get ready to launch (called at daemon start-up, off the critical path)."""
         ...
 
-    async def launch(self, agent: str) -> ChildProcess: ...
+    async def launch(self, agent: str, credential: bytes) -> ChildProcess:
+        """Start `agent`'s process; it presents `credential` when it connects."""
+        ...
 
     async def aclose(self) -> None: ...
 
@@ -90,16 +98,20 @@ class SubprocessLauncher:
     async def start(self) -> None:
         return None
 
-    async def launch(self, agent: str) -> ChildProcess:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "agentproc",
-            *self.spec.argv(agent, os.getpid()),
-            stdin=subprocess.DEVNULL,
-            stdout=sys.stderr.fileno(),  # stdout of the daemon is for answers only
-            stderr=None,
-        )
+    async def launch(self, agent: str, credential: bytes) -> ChildProcess:
+        with _credential_pipe(credential) as fd:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agentproc",
+                *self.spec.argv(agent, os.getpid()),
+                "--credential-fd",
+                str(fd),
+                stdin=subprocess.DEVNULL,
+                stdout=sys.stderr.fileno(),  # stdout of the daemon is for answers only
+                stderr=None,
+                pass_fds=(fd,),
+            )
         return process  # asyncio's Process already has pid / wait / terminate / kill
 
     async def aclose(self) -> None:
@@ -120,28 +132,46 @@ class ConnectorLauncher:
     async def start(self) -> None:
         return None
 
-    async def launch(self, name: str) -> ChildProcess:
+    async def launch(self, name: str, credential: bytes) -> ChildProcess:
         owns_terminal = name == self.terminal_owner
-        argv = [
-            "--connection", name.removeprefix("connection:"),
-            "--bundle", str(self.spec.bundle),
-            "--endpoint", self.spec.endpoint,
-            "--state-root", str(self.spec.state_root),
-            "--parent-pid", str(os.getpid()),
-        ]  # fmt: skip
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "orchestrator.connector_child",
-            *argv,
-            stdin=None if owns_terminal else subprocess.DEVNULL,
-            stdout=None if owns_terminal else sys.stderr.fileno(),
-            stderr=None,
-        )
+        with _credential_pipe(credential) as fd:
+            argv = [
+                "--connection", name.removeprefix("connection:"),
+                "--bundle", str(self.spec.bundle),
+                "--endpoint", self.spec.endpoint,
+                "--state-root", str(self.spec.state_root),
+                "--parent-pid", str(os.getpid()),
+                "--credential-fd", str(fd),
+            ]  # fmt: skip
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "orchestrator.connector_child",
+                *argv,
+                stdin=None if owns_terminal else subprocess.DEVNULL,
+                stdout=None if owns_terminal else sys.stderr.fileno(),
+                stderr=None,
+                pass_fds=(fd,),
+            )
         return process
 
     async def aclose(self) -> None:
         return None
+
+
+@contextlib.contextmanager
+def _credential_pipe(credential: bytes) -> Iterator[int]:
+    """The read end of a pipe that holds `credential`, for a child to inherit; closed here
+    once the child has it. (It fits the pipe's buffer, so writing first never blocks.)"""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, credential)
+    finally:
+        os.close(write_fd)
+    try:
+        yield read_fd
+    finally:
+        os.close(read_fd)
 
 
 class ZygoteChild:
@@ -209,14 +239,18 @@ class ZygoteLauncher:
         asyncio.get_running_loop().create_task(self._read(process))
         self._log.debug("template process ready", pid=process.pid)
 
-    async def launch(self, agent: str) -> ChildProcess:
+    async def launch(self, agent: str, credential: bytes) -> ChildProcess:
         await self.start()
         process = self._process
         assert process is not None and process.stdin is not None
         request_id = next(self._ids)
         future: asyncio.Future[ZygoteChild] = asyncio.get_running_loop().create_future()
         self._launches[request_id] = future
-        line = {"id": request_id, "argv": self.spec.argv(agent, process.pid)}
+        line = {
+            "id": request_id,
+            "argv": self.spec.argv(agent, process.pid),
+            "credential": credential.decode(),
+        }
         process.stdin.write((json.dumps(line) + "\n").encode())
         try:
             return await future

@@ -23,6 +23,7 @@ import structlog
 
 from ipc import messages as wire
 from ipc import zmtp
+from orchestrator.throttled_log import ThrottledLog
 from orchestrator.timeouts import Timeouts
 
 Channel = Literal["agent", "control", "local", "replay", "connector"]
@@ -96,6 +97,7 @@ class Router:
             name: deque() for name in agents
         }
         self._log = structlog.get_logger().bind(component="router")
+        self._refusals = ThrottledLog(self._log)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -157,12 +159,24 @@ class Router:
         journaled)."""
         self._answer_error(requester, env.to or self.entry_agent, code, message, env.trace_id)
 
-    def result(self, env: wire.Envelope) -> None:
-        """A `delegate_result` from the agent that handled request `correlationId`."""
-        pending = self._finish(env.correlation_id or "")
+    def result(self, env: wire.Envelope, sender: str) -> None:
+        """A `delegate_result` from agent `sender` for request `correlationId`: the answer,
+        when `sender` is the agent the request went to."""
+        oid = env.correlation_id or ""
+        pending = self.pending.get(oid)
         if pending is None:
-            self._log.debug("late or unknown delegate_result dropped", oid=env.correlation_id)
+            self._log.debug("late or unknown delegate_result dropped", oid=oid)
             return
+        if pending.target != sender:  # another agent may not answer for the target
+            self._refusals.warning(
+                "delegate_result from another agent dropped",
+                key=sender,
+                sender=sender,
+                target=pending.target,
+                oid=oid,
+            )
+            return
+        self._finish(oid)
         answer = msgspec.structs.replace(
             env,
             to=pending.requester.identity.decode(errors="replace"),

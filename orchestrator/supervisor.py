@@ -2,7 +2,12 @@
 
 Each process is watched by awaiting its exit (the kernel tells us at once, no polling). Crashes
 1-5 in a row respawn at once; after that the agent is in `crashLoopBackOff` for
-`min(1 s x 2^(n-6), 5 min)`. A ready message or a clean exit resets the count.
+`min(1 s x 2^(n-6), 5 min)`. An answered request or a clean exit resets that count. Crashes
+before `ready` are counted apart (a `ready` resets them): twice in a row is a start-up crash
+loop, and the requests waiting for the agent fail instead of waiting for a fix.
+
+Each launch gets a fresh secret credential (`Slot.credential`, until the process exits): it is
+how agents.sock tells the slot's current process from anyone else (`orchestrator.trust`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Literal
 import msgspec
 import structlog
 
+from ipc.credential import new_credential
 from orchestrator.launcher import ChildProcess, Launcher
 
 Status = Literal[
@@ -43,6 +49,7 @@ class Exit(msgspec.Struct, frozen=True):
     crashed: bool
     was_ready: bool  # False: it died during start-up
     consecutive_crashes: int
+    startup_crashes: int  # crashes before `ready`, in a row
     start_error: str | None = None  # the agent reported why it cannot start
 
 
@@ -73,8 +80,11 @@ class Slot:
         self.status: Status = "terminated"
         self.process: ChildProcess | None = None
         self.restarts = 0
-        self.consecutive_crashes = 0
+        self.consecutive_crashes = 0  # for the back-off
+        self.startup_crashes = 0  # in a row before `ready`
         self.ready = False
+        self.hung = False  # the watchdog killed it; its exit is on the way
+        self.credential: bytes | None = None  # of the launch under way, until its exit
         self.stopping = False
         self.start_error: str | None = None
         self.last_seen = 0.0
@@ -114,14 +124,17 @@ class Supervisor:
             now = time.monotonic()
             for slot in self.slots.values():
                 silent = now - slot.last_seen
-                if slot.ready and slot.process is not None and silent > self.hang_timeout_s:
+                hang = slot.ready and not slot.hung and silent > self.hang_timeout_s
+                if hang and slot.process is not None:
                     self._log.warning(
                         "agent hung (no heartbeat); killing it",
                         agent=slot.name,
                         pid=slot.process.pid,
                         silentSeconds=round(silent, 1),
                     )
-                    slot.ready = False  # once: the exit handler takes it from here
+                    # Still `ready` (it hung while running): its exit is a crash while
+                    # handling requests, which are delivered again, not a start-up crash.
+                    slot.hung = True
                     slot.process.kill()
 
     def ensure_running(self, name: str) -> None:
@@ -132,11 +145,13 @@ class Supervisor:
             return
         slot.status = "spawning"
         slot.exited.clear()
+        slot.credential = new_credential()  # this launch's, until its process exits
         asyncio.get_running_loop().create_task(self._run(slot))
 
     def mark_ready(self, name: str, pid: int) -> None:
         slot = self.slots[name]
         slot.ready = True
+        slot.startup_crashes = 0
         slot.status = "idle"
         slot.start_error = None
         slot.last_seen = time.monotonic()
@@ -167,17 +182,30 @@ class Supervisor:
         ]
 
     def is_ready(self, name: str) -> bool:
-        return self.slots[name].ready
+        slot = self.slots[name]
+        return slot.ready and not slot.hung
 
     async def _run(self, slot: Slot) -> None:
+        assert slot.credential is not None
         try:
-            slot.process = await self._launchers[slot.kind].launch(slot.name)
+            slot.process = await self._launchers[slot.kind].launch(slot.name, slot.credential)
         except OSError as exc:
             self._log.error("cannot start agent process", agent=slot.name, error=str(exc))
+            slot.credential = None
             slot.status = "crashed"
             slot.exited.set()
             error = f"cannot start the agent process: {exc}"
-            self._on_exit(Exit(slot.name, None, False, False, slot.consecutive_crashes, error))
+            self._on_exit(
+                Exit(
+                    slot.name,
+                    None,
+                    False,
+                    False,
+                    slot.consecutive_crashes,
+                    slot.startup_crashes,
+                    error,
+                )
+            )
             return
         self._log.debug("agent process started", agent=slot.name, pid=slot.process.pid)
         if slot.stopping:
@@ -188,15 +216,19 @@ class Supervisor:
     def _exited(self, slot: Slot, code: int) -> None:
         was_ready = slot.ready
         slot.process = None
+        slot.credential = None  # its connection can no longer be admitted
         slot.ready = False
+        slot.hung = False
         clean = code == 0 or slot.stopping
         start_error, slot.start_error = slot.start_error, None
         if clean or start_error is not None:
             slot.status = "terminated"
-            slot.consecutive_crashes = 0
+            slot.consecutive_crashes = slot.startup_crashes = 0
             self._log.info("agent process exited", agent=slot.name, code=code)
         else:
             slot.consecutive_crashes += 1
+            if not was_ready:
+                slot.startup_crashes += 1
             delay = crash_backoff(slot.consecutive_crashes)
             slot.status = "crashLoopBackOff" if delay else "crashed"
             self._log.warning(
@@ -211,7 +243,15 @@ class Supervisor:
         slot.stopping = False
         crashed = not clean and start_error is None
         self._on_exit(
-            Exit(slot.name, code, crashed, was_ready, slot.consecutive_crashes, start_error)
+            Exit(
+                slot.name,
+                code,
+                crashed,
+                was_ready,
+                slot.consecutive_crashes,
+                slot.startup_crashes,
+                start_error,
+            )
         )
 
     def respawn(self, name: str) -> None:

@@ -160,6 +160,9 @@ def test_malformed_frames_do_not_hurt_the_daemon(start_daemon, state_root):
     for endpoint in ("control.sock", "agents.sock"):
         sock = ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.IDENTITY, b"assistant" if endpoint == "agents.sock" else b"junk")
+        if endpoint == "agents.sock":  # admitted (the operator's key), so its frames are read
+            key = (state_root / "run" / "peer.key").read_bytes().strip()
+            sock.setsockopt(zmq.METADATA, b"X-Goondan-Credential:" + key)
         sock.connect(f"ipc://{state_root}/run/{endpoint}")
         for junk in (b"", b"\xc1\xc1", b"\x93\x01\x02\x03", b"x" * 10_000):
             sock.send(junk)

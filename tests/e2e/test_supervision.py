@@ -46,6 +46,43 @@ def test_a_request_that_hangs_its_agent_twice_fails_instead_of_hanging(start_dae
     assert daemon.logs().count("agent hung (no heartbeat)") == 2
 
 
+STUCK_ONCE = """\
+import os
+import time
+
+async def run(ctx, args):
+    marker = os.environ["STUCK_MARKER"]
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(30)  # blocks the agent's event loop once: no heartbeats
+    return {}
+
+handlers = {"run": run}
+"""
+
+
+def test_a_hang_after_an_earlier_crash_is_redelivered(start_daemon, tmp_path):
+    # A ready agent that hangs is a crash while handling the request, even when the process
+    # before it crashed: the request is delivered again, not failed as a start-up crash loop.
+    blocking = {"when": "block", "steps": [{"call": "stuck__run"}, {"reply": "done"}]}
+    bundle = solo_bundle(tmp_path / "b", rules=[blocking], tool="stuck", code=STUCK_ONCE)
+    env = {"STUCK_MARKER": str(tmp_path / "marker")}
+    daemon = start_daemon(bundle, "--hang-timeout", "1", env=env)
+    assert daemon.send("hello").returncode == 0
+    first = daemon.process("solo")["pid"]
+    os.kill(first, signal.SIGKILL)  # an idle agent crashes; its replacement starts at once
+
+    def replaced() -> bool:
+        row = daemon.process("solo")
+        return row["pid"] not in (None, first) and row["status"] == "idle"
+
+    wait_for(replaced, timeout=20)
+    proc = daemon.send("block")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "done"
+    assert daemon.logs().count("agent hung (no heartbeat)") == 1
+
+
 def test_input_accepted_before_an_orchestrator_kill_is_answered_after_restart(
     start_daemon, tmp_path, state_root
 ):

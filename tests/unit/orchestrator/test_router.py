@@ -47,13 +47,13 @@ def delegate(
     return wire.decode(wire.encode(wire.DELEGATE, sender, to, payload, correlation_id=cid))
 
 
-def reply_to(env: wire.Envelope, text: str) -> wire.Envelope:
+def reply_to(env: wire.Envelope, text: str) -> tuple[wire.Envelope, str]:
+    """The target's answer to forwarded request `env`, and who sends it (the target)."""
     result = wire.DelegateResult("ok", env.to, text)
-    return wire.decode(
-        wire.encode(
-            wire.DELEGATE_RESULT, env.to, env.from_, result, correlation_id=env.correlation_id
-        )
+    frame = wire.encode(
+        wire.DELEGATE_RESULT, env.to, env.from_, result, correlation_id=env.correlation_id
     )
+    return wire.decode(frame), env.to
 
 
 async def test_delegate_to_a_stopped_agent_starts_it_and_waits(setup):
@@ -65,7 +65,7 @@ async def test_delegate_to_a_stopped_agent_starts_it_and_waits(setup):
     router.agent_ready("b")
     [(name, forwarded)] = outbox.to_agents
     assert name == "b" and forwarded.from_ == "a" and forwarded.correlation_id != "c1"
-    router.result(reply_to(forwarded, "pong"))
+    router.result(*reply_to(forwarded, "pong"))
     [(who, answer)] = outbox.answers
     assert who == requester and answer.correlation_id == "c1"
     assert outbox.results()[0].response == "pong"
@@ -104,6 +104,20 @@ async def test_a_request_over_the_message_limit_is_answered_not_forwarded(setup)
     assert [name for name, _ in outbox.to_agents] == ["b"]  # the next one goes through
 
 
+async def test_a_result_from_an_agent_the_request_did_not_go_to_is_dropped(setup):
+    router, outbox, _ = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    requester = Requester("control", b"cli", "1")
+    router.delegate(requester, delegate("b"))
+    forwarded = outbox.to_agents[0][1]
+    forged, _ = reply_to(forwarded, "forged")
+    router.result(forged, "a")  # `a` knows the id, but the request went to `b`
+    assert outbox.answers == []
+    router.result(*reply_to(forwarded, "real"))
+    assert [r.response for r in outbox.results()] == ["real"]
+
+
 async def test_timeout_answers_once_and_drops_the_late_reply(setup):
     router, outbox, _ = setup
     outbox.running.add("b")
@@ -113,7 +127,7 @@ async def test_timeout_answers_once_and_drops_the_late_reply(setup):
     [result] = outbox.results()
     assert result.error.code == "AGENT_REQUEST_TIMEOUT"
     assert "20ms" in result.error.message
-    router.result(reply_to(outbox.to_agents[0][1], "too late"))
+    router.result(*reply_to(outbox.to_agents[0][1], "too late"))
     assert len(outbox.answers) == 1
 
 
@@ -124,7 +138,7 @@ async def test_each_request_times_out_on_its_own_timeout(setup):
     router.delegate(Requester("agent", b"a", "long"), delegate("b", timeout_ms=5_000, cid="long"))
     router.delegate(Requester("agent", b"a", "short"), delegate("b", timeout_ms=20, cid="short"))
     router.delegate(Requester("agent", b"a", "done"), delegate("b", timeout_ms=10, cid="done"))
-    router.result(reply_to(outbox.to_agents[2][1], "answered in time"))
+    router.result(*reply_to(outbox.to_agents[2][1], "answered in time"))
     await asyncio.sleep(0.08)
     answered = [(requester.correlation_id, env) for requester, env in outbox.answers]
     assert [cid for cid, _ in answered] == ["done", "short"]
@@ -139,7 +153,7 @@ async def test_a_reused_request_id_is_not_timed_out_by_the_request_before(setup)
     router.agent_ready("b")
     requester = Requester("replay", b"journal", None)
     router.delegate(requester, delegate("b", timeout_ms=20), "old-7")
-    router.result(reply_to(outbox.to_agents[0][1], "first"))
+    router.result(*reply_to(outbox.to_agents[0][1], "first"))
     router.delegate(requester, delegate("b", timeout_ms=5_000), "old-7")  # replayed again
     await asyncio.sleep(0.06)
     assert len(outbox.answers) == 1  # the first answer only: the second request is still open
@@ -203,6 +217,6 @@ async def test_settled_requests_are_reported_once(setup):
     outbox.running.add("b")
     router.agent_ready("b")
     oid = router.delegate(Requester("control", b"cli", "1"), delegate("b"))
-    router.result(reply_to(outbox.to_agents[0][1], "ok"))
-    router.result(reply_to(outbox.to_agents[0][1], "again"))
+    router.result(*reply_to(outbox.to_agents[0][1], "ok"))
+    router.result(*reply_to(outbox.to_agents[0][1], "again"))
     assert [p.oid for p in settled] == [oid]

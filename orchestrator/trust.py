@@ -1,0 +1,94 @@
+"""Who may speak on agents.sock, and what each may say (DESIGN.md "Trust").
+
+A peer is admitted on its ZMTP READY when its identity is a slot of the swarm and it presents
+- that slot's credential for the launch under way (a child the supervisor started): only the
+  current incarnation of a slot can take its identity; or
+- the operator's key (`run/peer.key`) for an agent slot with no process of its own: an
+  external agent, such as the bench's driver, that says `ready` itself.
+Everything else is refused. What an admitted peer may send depends on its slot's kind.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from ipc import messages as wire
+from ipc.credential import CREDENTIAL_PROPERTY, new_credential
+from orchestrator.supervisor import ProcessKind, Slot
+
+How = Literal["child", "external"]
+PEER_KEY_FILE = "peer.key"  # in the state root's run/: the operator's key
+
+SENDS: dict[ProcessKind, frozenset[str]] = {
+    "agent": frozenset(
+        {
+            wire.DELEGATE,
+            wire.DELEGATE_RESULT,
+            wire.EVENT,
+            wire.HEARTBEAT,
+            wire.READY,
+            wire.START_ERROR,
+            wire.TURN_UPDATE,
+            wire.CONTROL,
+            wire.CONTROL_REPLY,
+            wire.RESTART_REQUEST,
+            wire.SHUTDOWN_ACK,
+        }
+    ),
+    "connector": frozenset(
+        {wire.CONNECTOR_EVENT, wire.HEARTBEAT, wire.READY, wire.START_ERROR, wire.SHUTDOWN_ACK}
+    ),
+}
+"""The message types each kind of process sends; anything else from it is dropped."""
+
+
+class Refused(Exception):
+    """The reason a peer is not admitted (sent to it as the ZMTP ERROR, and logged)."""
+
+
+class Admitted(msgspec.Struct, frozen=True):
+    how: How
+    launch: bytes | None  # the slot's credential it was admitted with (a child's)
+
+    def speaks_for(self, slot: Slot) -> bool:
+        """Still the slot's own peer: a child of the launch under way, or an external agent
+        while the slot has no process."""
+        if self.how == "child":
+            return slot.credential is not None and slot.credential is self.launch
+        return slot.credential is None
+
+
+def admit(slot: Slot | None, properties: dict[bytes, bytes], peer_key: bytes) -> Admitted:
+    """Raises Refused unless the peer may speak as `slot` (see the module's docstring)."""
+    if slot is None:
+        raise Refused("not a process of this swarm")
+    presented = properties.get(CREDENTIAL_PROPERTY)
+    if presented is None:
+        raise Refused("no credential")
+    launch = slot.credential
+    if launch is not None and hmac.compare_digest(presented, launch):
+        return Admitted("child", launch)
+    if hmac.compare_digest(presented, peer_key):
+        if slot.kind != "agent":
+            raise Refused("the operator's key is for agents, not connectors")
+        if launch is not None:
+            raise Refused("the agent has a process of its own")
+        return Admitted("external", None)
+    raise Refused("wrong credential")
+
+
+def write_peer_key(path: Path) -> bytes:
+    """A fresh operator key in `path` (0600), for external agents; returns it."""
+    key = new_credential()
+    path.unlink(missing_ok=True)  # a key of an earlier run: never reused
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, key + b"\n")
+    finally:
+        os.close(fd)
+    return key
