@@ -195,6 +195,10 @@ async def agent(args: argparse.Namespace) -> None:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, args.name.encode())
     _options(sock)
+    if args.product:  # the real orchestrator admits the bench's agents with its operator key
+        from bench.product import peer_key_metadata
+
+        sock.setsockopt(zmq.METADATA, peer_key_metadata(args.endpoint))
     sock.connect(args.endpoint)
     name = args.name
     result_payload = msgspec.Raw(bytes.fromhex(args.result))
@@ -291,7 +295,8 @@ def main() -> None:
     p.add_argument(
         "--product",
         action="store_true",
-        help="talk to the real orchestrator: say `ready` first, then heartbeat every 0.5 s",
+        help="talk to the real orchestrator: present its operator key (run/peer.key), say "
+        "`ready` first, then heartbeat every 0.5 s",
     )
     p.add_argument("--targets", help="comma-separated agents to send delegates to")
     p.add_argument("--delegate", help="hex of the delegate payload")

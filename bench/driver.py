@@ -2,8 +2,9 @@
 process. The same code drives the real orchestrator and the bare broker.
 
 Against the product it connects to `agents.sock` under the name of a swarm agent that the
-orchestrator never has to start (`driver`): it says `ready` first, so the orchestrator treats it
-as a running agent, and heartbeats while it waits, as an agent does.
+orchestrator never has to start (`driver`), presenting the operator's key (`run/peer.key`) so it
+is admitted as an external agent: it says `ready` first, so the orchestrator treats it as a
+running agent, and heartbeats while it waits, as an agent does.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ class Driver:
         *,
         hello: bytes | None = None,
         heartbeat: bytes | None = None,
+        metadata: bytes | None = None,
     ) -> None:
+        """`metadata`: a ZMTP READY property, `Name:value` (the product's admission key)."""
         self.identity = identity
         self.ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
@@ -68,6 +71,8 @@ class Driver:
         self.sock.setsockopt(zmq.SNDHWM, 200_000)
         self.sock.setsockopt(zmq.RCVHWM, 200_000)
         self.sock.setsockopt(zmq.RCVTIMEO, int(WAIT_S * 1000))
+        if metadata is not None:
+            self.sock.setsockopt(zmq.METADATA, metadata)
         self.sock.connect(endpoint)
         self._heartbeat = heartbeat
         self._last_beat = time.monotonic()

@@ -104,10 +104,15 @@ class Daemon:
         raise RuntimeError(f"goondan run did not come up in {timeout_s:g}s: {self.log_tail()}")
 
     def driver(self, name: str = "driver") -> Driver:
-        """A requester on `agents.sock` as the swarm agent `name`: it says `ready` first, so
-        the orchestrator routes to it like to any agent, and heartbeats while it waits."""
+        """A requester on `agents.sock` as the swarm agent `name`, admitted with the
+        operator's key: it says `ready` first, so the orchestrator routes to it like to any
+        agent, and heartbeats while it waits."""
         return Driver(
-            self.agents_endpoint, name, hello=ready_frame(name), heartbeat=heartbeat_frame(name)
+            self.agents_endpoint,
+            name,
+            hello=ready_frame(name),
+            heartbeat=heartbeat_frame(name),
+            metadata=peer_key_metadata(self.agents_endpoint),
         )
 
     def _client(self) -> Any:
@@ -220,6 +225,17 @@ def result_payload(target: str, text: str, instance_key: str) -> bytes:
     return bytes(
         wire.encode_payload(wire.DelegateResult("ok", target, reply, instance_key=instance_key))
     )
+
+
+def peer_key_metadata(agents_endpoint: str) -> bytes:
+    """The READY property (`Name:value`) that presents the daemon's operator key, read from
+    `run/peer.key` beside its `agents.sock`: the orchestrator admits the bench's own agents
+    with it, as external agents of their swarm."""
+    from ipc.credential import CREDENTIAL_PROPERTY
+    from orchestrator.trust import PEER_KEY_FILE
+
+    run_dir = Path(agents_endpoint.removeprefix("ipc://")).parent
+    return CREDENTIAL_PROPERTY + b":" + (run_dir / PEER_KEY_FILE).read_bytes().strip()
 
 
 def ready_frame(name: str) -> bytes:
