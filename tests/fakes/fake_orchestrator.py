@@ -31,6 +31,7 @@ import zmq
 import zmq.asyncio
 
 from ipc import messages as wire
+from ipc.credential import CREDENTIAL_PROPERTY
 
 BUNDLE_HEAD = """\
 apiVersion: goondan.ai/v1
@@ -97,6 +98,14 @@ def free_port() -> int:
         return port
 
 
+def _credential(message: zmq.Frame) -> str | None:
+    """The credential property of the sender's ZMTP READY, if it presented one."""
+    try:
+        return message.get(CREDENTIAL_PROPERTY.decode())  # type: ignore[no-any-return]
+    except zmq.ZMQError:  # not among its properties
+        return None
+
+
 class ConnectorProc:
     def __init__(self, proc: asyncio.subprocess.Process, log_path: Path, log: IO[bytes]) -> None:
         self.proc = proc
@@ -135,6 +144,7 @@ class FakeOrchestrator:
         self.events: list[tuple[wire.Envelope, wire.ConnectorEvent]] = []
         self.heartbeats: dict[str, int] = {}
         self.ready: dict[str, wire.Ready] = {}
+        self.credentials: dict[str, str | None] = {}  # what each READY presented
         self.start_errors: dict[str, wire.ErrorInfo] = {}
         self.shutdown_acks: set[str] = set()
         self.refuse: Callable[[wire.ConnectorEvent], wire.ErrorInfo | None] = lambda e: None
@@ -172,10 +182,23 @@ class FakeOrchestrator:
     # -- the connector process ---------------------------------------------------------------
 
     async def spawn(
-        self, connection: str, bundle: Path, env: dict[str, str] | None = None
+        self,
+        connection: str,
+        bundle: Path,
+        env: dict[str, str] | None = None,
+        credential: bytes | None = None,
     ) -> ConnectorProc:
+        """`credential` goes to the process as the orchestrator sends it: on a pipe it
+        inherits (`--credential-fd`)."""
         log_path = self.dir / f"{connection}.{len(self._procs)}.log"
         log = open(log_path, "wb")  # noqa: SIM115 - closed by ConnectorProc.kill
+        fds: tuple[int, ...] = ()
+        extra: list[str] = []
+        if credential is not None:
+            read_fd, write_fd = os.pipe()
+            os.write(write_fd, credential)
+            os.close(write_fd)
+            fds, extra = (read_fd,), ["--credential-fd", str(read_fd)]
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -190,11 +213,15 @@ class FakeOrchestrator:
             str(self.dir),
             "--parent-pid",
             str(os.getpid()),
+            *extra,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=log,
             stderr=log,
             env={**os.environ, "GOONDAN_LOG_LEVEL": "debug", **(env or {})},
+            pass_fds=fds,
         )
+        for fd in fds:
+            os.close(fd)
         wrapped = ConnectorProc(proc, log_path, log)
         self._procs.append(wrapped)
         return wrapped
@@ -261,12 +288,14 @@ class FakeOrchestrator:
 
     async def _receive(self) -> None:
         while True:
-            identity, frame = await self.sock.recv_multipart()
+            identity_frame, message = await self.sock.recv_multipart(copy=False)
+            identity, frame = identity_frame.bytes, message.bytes
             env = wire.decode(frame)
             self.envelopes.append(env)
             sender = identity.decode()
             if env.type == wire.READY:
                 self.ready[sender] = wire.decode_payload(env, wire.Ready)
+                self.credentials[sender] = _credential(message)
             elif env.type == wire.START_ERROR:
                 self.start_errors[sender] = wire.decode_payload(env, wire.ErrorInfo)
             elif env.type == wire.HEARTBEAT:
