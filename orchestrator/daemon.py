@@ -435,7 +435,11 @@ class Daemon:
 
     def _on_agent_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
-            self._log.warning("dropped agent message with unexpected frames", count=len(frames))
+            self._refusals.warning(
+                "dropped agent message with unexpected frames",
+                frames[0].decode(errors="replace"),
+                count=len(frames),
+            )
             return
         identity, frame = frames
         name = identity.decode(errors="replace")
@@ -443,7 +447,7 @@ class Daemon:
             env = wire.decode(frame)
             self._on_agent_message(name, identity, env, frame)
         except wire.MalformedFrame as exc:
-            self._log.warning("dropped malformed frame", sender=name, error=str(exc))
+            self._refusals.warning("dropped malformed frame", name, sender=name, error=str(exc))
         except Exception:
             self._log.exception("failed to handle agent message", sender=name)
 
