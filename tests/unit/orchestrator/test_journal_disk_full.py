@@ -91,7 +91,7 @@ async def test_the_requester_gets_its_answer_when_the_done_line_cannot_be_writte
         router.delegate(Requester("control", b"cli", "c1"), delegate("a"), request_id)
         filler = fill(disk)
         [(_, forwarded)] = outbox.to_agents
-        router.result(reply_to(forwarded, "the answer"))
+        router.result(*reply_to(forwarded, "the answer"))
         assert [r.response for r in outbox.results()] == ["the answer"]
         filler.unlink()
         journal.close()
