@@ -14,6 +14,7 @@ import structlog
 
 from agentproc.instance import Instance
 from agentproc.instances import InstanceQueues
+from agentproc.log_limit import LogLimit
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
@@ -104,6 +105,7 @@ class AgentProcess:
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
         self.durability = durability
+        self._log_limit = LogLimit()  # for frames we drop: a flood must not flood the log
 
     # -- wire --------------------------------------------------------------------------------
 
@@ -119,9 +121,14 @@ class AgentProcess:
             try:
                 self._dispatch(wire.decode(frame))
             except wire.MalformedFrame as exc:
-                self.log.warning("dropped malformed frame", error=str(exc))
+                self._warn_dropped("dropped malformed frame", str(exc))
             except Exception:  # never let one message take the reader down
                 self.log.exception("failed to handle a frame")
+
+    def _warn_dropped(self, what: str, error: str) -> None:
+        held = self._log_limit.due(what)
+        if held is not None:
+            self.log.warning(what, error=error, alsoDroppedSinceLastLine=held)
 
     def _dispatch(self, env: wire.Envelope) -> None:
         if env.type == wire.DELEGATE or env.type == wire.EVENT:
@@ -143,9 +150,40 @@ class AgentProcess:
             self.log.warning("dropped frame of unknown type", type=env.type, sender=env.from_)
 
     def _accept(self, env: wire.Envelope) -> None:
+        try:
+            job = self._job_of(env)
+        except wire.MalformedFrame as exc:
+            self._refuse_undecodable(env, str(exc))
+            return
+        self.queues.submit(job.instance_key, job)
+
+    def _refuse_undecodable(self, env: wire.Envelope, problem: str) -> None:
+        """A request we cannot read is answered at once, so its requester does not wait out
+        its timeout; an event (nobody waits) is only logged."""
+        self._warn_dropped(f"dropped {env.type} with an undecodable payload", problem)
+        if env.type != wire.DELEGATE or env.correlation_id is None:
+            return
+        error = wire.ErrorInfo(
+            "E_BAD_REQUEST",
+            f"agent '{self.name}' could not decode the request: {problem}",
+            suggestion="send a delegate payload with input, instanceKey and source",
+        )
+        result = wire.DelegateResult("error", self.name, error=error)
+        frame = wire.encode(
+            wire.DELEGATE_RESULT,
+            self.name,
+            env.from_,
+            result,
+            correlation_id=env.correlation_id,
+            trace_id=env.trace_id,
+        )
+        self._send(frame)
+
+    def _job_of(self, env: wire.Envelope) -> Job:
+        """The turn a delegate or event asks for. Raises `MalformedFrame`."""
         if env.type == wire.DELEGATE:
             d = wire.decode_payload(env, wire.Delegate)
-            job = Job(
+            return Job(
                 d.input,
                 d.instance_key,
                 d.source,
@@ -157,17 +195,15 @@ class AgentProcess:
                 env.span_id,
                 d.metadata,
             )
-        else:
-            e = wire.decode_payload(env, wire.Event)
-            job = Job(
-                e.input,
-                e.instance_key,
-                e.source,
-                (),
-                env.trace_id or new_trace_id(),
-                parent_span_id=env.span_id,
-            )
-        self.queues.submit(job.instance_key, job)
+        e = wire.decode_payload(env, wire.Event)
+        return Job(
+            e.input,
+            e.instance_key,
+            e.source,
+            (),
+            env.trace_id or new_trace_id(),
+            parent_span_id=env.span_id,
+        )
 
     def _on_control(self, env: wire.Envelope) -> None:
         """A command from the orchestrator; `instance.drop` is the only one so far."""
