@@ -14,6 +14,7 @@ import zmq
 
 from goondan.paths import StatePaths
 from ipc import messages as wire
+from ipc import zmtp
 from ipc.endpoints import ipc_endpoint
 
 
@@ -69,8 +70,9 @@ class ControlClient:
         on_update: Callable[[wire.TurnUpdate], None] | None = None,
     ) -> wire.Envelope:
         """Send one message and wait for its answer, noticing if the daemon dies meanwhile.
-        `turn_update`s that come first go to `on_update`."""
-        self._sock.send(frame)
+        `turn_update`s that come first go to `on_update`. A message over the size limit
+        raises `zmtp.MessageTooLarge` before it is sent: the daemon would drop it unanswered."""
+        self._sock.send(zmtp.check_size(frame))
         deadline = time.monotonic() + timeout_s
         while True:
             remaining = deadline - time.monotonic()

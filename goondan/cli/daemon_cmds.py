@@ -13,6 +13,7 @@ import msgspec
 from goondan.cli.client import ControlClient, NotRunning, daemon_running
 from goondan.paths import StatePaths
 from ipc import messages as wire
+from ipc import zmtp
 
 EXIT_FAILED = 1
 EXIT_NOT_RUNNING = 2
@@ -34,6 +35,9 @@ def dispatch(args: argparse.Namespace) -> int:
         return EXIT_NOT_RUNNING
     except TimeoutError as exc:
         print(f"goondan: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except zmtp.MessageTooLarge as exc:
+        print(f"goondan: MESSAGE_TOO_LARGE: the request is not sent: {exc}", file=sys.stderr)
         return EXIT_FAILED
 
 

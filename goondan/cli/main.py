@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Deliver TEXT to an agent of the running swarm (default: its entry agent) "
         "and print the reply on stdout. Exits 1 if the request fails, 2 if no daemon runs.",
     )
-    p.add_argument("text", help="the input for the agent")
+    p.add_argument("text", help="the input for the agent; '-' reads it from stdin")
     p.add_argument("--agent", help="agent to ask (default: the swarm's entry agent)")
     p.add_argument(
         "--instance", default="cli", help="conversation (instanceKey) to use (default: cli)"
@@ -215,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from goondan.cli.instance_cmd import run_instance
 
         return run_instance(args)
+    if args.command == "send" and args.text == "-":
+        args.text = sys.stdin.read()  # input of any size (one argument is at most 128 KiB)
     from goondan.cli import daemon_cmds
 
     return daemon_cmds.dispatch(args)
