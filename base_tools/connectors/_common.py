@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -14,6 +15,8 @@ from goondan import ConnectorConfigError, ConnectorContext
 
 DEFAULT_HOST = "127.0.0.1"
 SHUTDOWN_TIMEOUT_S = 3.0  # in-flight requests get this long once the connector is stopping
+BODY_TIMEOUT_S = 30  # a request body must arrive within this (config BODY_TIMEOUT_SECONDS)
+MAX_BODY_BYTES = 1024 * 1024  # larger bodies get 413 (config MAX_BODY_BYTES)
 
 Handler = Callable[[web.Request, bytes], Awaitable[web.StreamResponse]]
 
@@ -148,8 +151,12 @@ async def serve_post(
 ) -> None:
     """Serve POST requests on config HOST (127.0.0.1) / PORT / PATH until the connector is
     asked to stop; `handle(request, raw_body)` answers them. Other paths get 404, other
-    methods 405, an exception in `handle` 500 (logged)."""
+    methods 405, an exception in `handle` 500 (logged). A body larger than MAX_BODY_BYTES gets
+    413, one that has not arrived within BODY_TIMEOUT_SECONDS 408; either way the connection is
+    closed, so a slow or endless sender holds nothing open."""
     host = setting(ctx, "HOST") or DEFAULT_HOST
+    body_timeout = int_setting(ctx, "BODY_TIMEOUT_SECONDS", default=BODY_TIMEOUT_S, minimum=1)
+    max_body = int_setting(ctx, "MAX_BODY_BYTES", default=MAX_BODY_BYTES, minimum=1)
     port = int_setting(ctx, *port_keys, default=default_port)
     if port > 65535:
         raise ConnectorConfigError(f"config {port_keys[0]} must be a TCP port, got {port}")
@@ -161,7 +168,18 @@ async def serve_post(
         if request.method != "POST":
             return web.Response(status=405, text="Method Not Allowed", headers={"Allow": "POST"})
         try:
-            body = await request.read()
+            try:
+                async with asyncio.timeout(body_timeout):
+                    body = await request.read()
+            except TimeoutError:
+                ctx.logger.warning(f"[{name}] request body too slow", seconds=body_timeout)
+                response = json_error(
+                    408,
+                    "E_BODY_TIMEOUT",
+                    f"the request body did not arrive within {body_timeout} s",
+                )
+                response.force_close()
+                return response
             return await handle(request, body)
         except web.HTTPException:
             raise
@@ -169,9 +187,13 @@ async def serve_post(
             ctx.logger.exception(f"[{name}] request failed", error=str(exc))
             return web.Response(status=500, text="Internal Server Error")
 
-    app = web.Application()
+    app = web.Application(client_max_size=max_body)
     app.router.add_route("*", "/{tail:.*}", dispatch)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    # No lingering: aiohttp would otherwise go on reading an unread body for 10 s after a
+    # 408 or 413, which is what the limits are there to stop.
+    runner = web.AppRunner(
+        app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, lingering_time=0
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

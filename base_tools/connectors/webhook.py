@@ -2,21 +2,24 @@
 agent's reply.
 
     POST {PATH}   {"text": "hi", "instanceKey": "ticket:7", "properties": {...}, "wait": true}
-    X-Signature-256: sha256=<hex HMAC-SHA256 of the raw body with the signing secret>
+    X-Webhook-Timestamp: <Unix seconds>
+    X-Signature-256: sha256=<hex HMAC-SHA256 of "<timestamp>.<raw body>" with the secret>
 
 Body fields (upstream's `emitWebhookPayload`): `event` | `name` (default `webhook_message`),
 `text` | `message` (a string, or `{type: image|file, url, name}`), `instanceKey` (default
 `webhook:default`), `properties` (scalars; other values are dropped), `wait`.
 
 Config: HOST (127.0.0.1), PORT (8080), PATH (/), DEFAULT_EVENT_NAME, DEFAULT_INSTANCE_KEY,
-REQUIRE_SIGNATURE (refuse to start without a secret), WAIT_TIMEOUT_SECONDS (120).
+REQUIRE_SIGNATURE (refuse to start without a secret), WAIT_TIMEOUT_SECONDS (120),
+TIMESTAMP_TOLERANCE_SECONDS (300), BODY_TIMEOUT_SECONDS (30), MAX_BODY_BYTES (1 MiB).
 Secrets: SIGNING_SECRET, WEBHOOK_SECRET (or upstream's signingSecret). With a secret, a request
-without a valid signature gets 401 and emits nothing.
+without a valid signature, or whose signed timestamp is further from now than the tolerance,
+gets 401 and emits nothing; a signature already taken within the window gets 409 (a replay).
 
 Answers: 202 `{"accepted": true, "agent", "instanceKey"}` once the event is journaled;
 with `wait: true` (or `?wait=1`) 200 `{"reply": "...", "agent", "instanceKey"}`. 400 for a bad
-body, 401 bad signature, 422 refused, 502 the turn failed, 503 orchestrator not answering,
-504 no reply in time.
+body, 401 bad signature or stale timestamp, 408 body too slow, 409 replay, 413 body too
+large, 422 refused, 502 the turn failed, 503 orchestrator not answering, 504 no reply in time.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from base_tools.connectors._common import (
     text_field,
     truthy,
 )
+from base_tools.connectors._replay import TOLERANCE_S, ReplayGuard
 from goondan import (
     ConnectorConfigError,
     ConnectorContext,
@@ -51,15 +55,20 @@ from goondan import (
 DEFAULT_EVENT = "webhook_message"
 DEFAULT_INSTANCE_KEY = "webhook:default"
 SIGNATURE_HEADERS = ("X-Signature-256", "X-Hub-Signature-256", "X-Webhook-Signature")
+TIMESTAMP_HEADER = "X-Webhook-Timestamp"
 SECRET_KEYS = ("SIGNING_SECRET", "WEBHOOK_SECRET", "signingSecret")
 
 
-def verify_signature(body: bytes, signature: str | None, signing_secret: str) -> bool:
-    """HMAC-SHA256 hex of the raw body; a `sha256=` prefix is optional."""
+def verify_signature(
+    body: bytes, timestamp: str, signature: str | None, signing_secret: str
+) -> bool:
+    """HMAC-SHA256 hex of `<timestamp>.<raw body>` (Stripe's scheme: the timestamp is signed,
+    so a replay cannot be made fresh); a `sha256=` prefix is optional."""
     if not signature:
         return False
     received = signature.strip().removeprefix("sha256=")
-    return same(hmac_sha256_hex(signing_secret, body), received)
+    signed = timestamp.encode() + b"." + body
+    return same(hmac_sha256_hex(signing_secret, signed), received)
 
 
 def parse_payload(
@@ -95,17 +104,46 @@ async def main(ctx: ConnectorContext) -> None:
     default_event = setting(ctx, "DEFAULT_EVENT_NAME", "defaultEventName") or DEFAULT_EVENT
     default_key = setting(ctx, "DEFAULT_INSTANCE_KEY", "defaultInstanceKey") or DEFAULT_INSTANCE_KEY
     wait_timeout = int_setting(ctx, "WAIT_TIMEOUT_SECONDS", default=120, minimum=1)
+    tolerance = int_setting(ctx, "TIMESTAMP_TOLERANCE_SECONDS", default=TOLERANCE_S, minimum=1)
+    replays = ReplayGuard(tolerance)
 
     async def handle(request: web.Request, body: bytes) -> web.StreamResponse:
-        if signing_secret is not None:
-            signature = next(
-                (request.headers[h] for h in SIGNATURE_HEADERS if h in request.headers), None
+        if signing_secret is None:
+            return await emit(request, body)
+        signature = next(
+            (request.headers[h] for h in SIGNATURE_HEADERS if h in request.headers), None
+        )
+        timestamp = request.headers.get(TIMESTAMP_HEADER, "")
+        if not verify_signature(body, timestamp, signature, signing_secret):
+            ctx.logger.warning(
+                "[webhook] signature verification failed",
+                signed=signature is not None,
+                timestamped=bool(timestamp),
             )
-            if not verify_signature(body, signature, signing_secret):
-                ctx.logger.warning(
-                    "[webhook] signature verification failed", signed=signature is not None
-                )
-                return json_error(401, "E_BAD_SIGNATURE", "missing or invalid signature")
+            return json_error(
+                401,
+                "E_BAD_SIGNATURE",
+                f"missing or invalid signature (HMAC-SHA256 of '<{TIMESTAMP_HEADER}>.<body>')",
+            )
+        problem = replays.timestamp_problem(timestamp)
+        if problem is not None:
+            ctx.logger.warning("[webhook] stale timestamp refused", problem=problem)
+            return json_error(401, "E_STALE_TIMESTAMP", problem)
+        assert signature is not None
+        key = signature.strip().removeprefix("sha256=")
+        if not replays.take(key):
+            ctx.logger.warning("[webhook] replayed request refused")
+            return json_error(409, "E_REPLAYED", "this signed request was already taken")
+        try:
+            response = await emit(request, body)
+        except BaseException:
+            replays.release(key)
+            raise
+        if response.status in (400, 503):  # nothing was accepted: the sender may retry
+            replays.release(key)
+        return response
+
+    async def emit(request: web.Request, body: bytes) -> web.StreamResponse:
         payload = parse_object(body)
         if payload is None:
             return json_error(400, "E_BAD_PAYLOAD", "the body must be a JSON object")

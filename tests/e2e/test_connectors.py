@@ -7,6 +7,7 @@ import os
 import shutil
 import signal
 import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -28,7 +29,10 @@ def post(port: int, body: dict, *, secret: str | None = SECRET, raw: bytes | Non
     data = raw if raw is not None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if secret is not None:
-        digest = hmac.new(secret.encode(), json.dumps(body).encode(), hashlib.sha256).hexdigest()
+        timestamp = str(int(time.time()))
+        signed = f"{timestamp}.{json.dumps(body)}".encode()
+        digest = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+        headers["X-Webhook-Timestamp"] = timestamp
         headers["X-Signature-256"] = f"sha256={digest}"
     request = urllib.request.Request(f"http://127.0.0.1:{port}/", data, headers, method="POST")
     try:

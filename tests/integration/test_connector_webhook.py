@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
+import time
 
 import httpx
 import pytest
@@ -39,8 +42,13 @@ spec:
 """
 
 
-def sign(body: bytes, secret: str = SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def signed(
+    body: bytes, secret: str = SECRET, *, at: float | None = None, prefix: str = "sha256="
+) -> dict[str, str]:
+    """The headers of a request signed at `at` (now by default)."""
+    timestamp = str(int(time.time() if at is None else at))
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
+    return {"X-Webhook-Timestamp": timestamp, "X-Signature-256": prefix + digest.hexdigest()}
 
 
 async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
@@ -69,7 +77,7 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
                     "properties": {"priority": 3, "urgent": True, "nested": {"x": 1}},
                 }
             ).encode()
-            r = await client.post(url, content=body, headers={"X-Signature-256": sign(body)})
+            r = await client.post(url, content=body, headers=signed(body))
             assert r.status_code == 202, r.text
             assert r.json() == {"accepted": True, "agent": "assistant", "instanceKey": "ticket:7"}
 
@@ -78,7 +86,7 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
             r = await client.post(
                 url + "/",
                 content=bare,
-                headers={"X-Signature-256": sign(bare).removeprefix("sha256=")},
+                headers=signed(bare, prefix=""),
             )
             assert r.status_code == 202, r.text
 
@@ -86,15 +94,13 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
             assert r.status_code == 401
             assert r.json()["error"]["code"] == "E_BAD_SIGNATURE"
             tampered = body.replace(b"hello", b"HELLO")
-            r = await client.post(url, content=tampered, headers={"X-Signature-256": sign(body)})
+            r = await client.post(url, content=tampered, headers=signed(body))
             assert r.status_code == 401
-            r = await client.post(
-                url, content=body, headers={"X-Signature-256": sign(body, "wrong-secret")}
-            )
+            r = await client.post(url, content=body, headers=signed(body, "wrong-secret"))
             assert r.status_code == 401
 
             ask = json.dumps({"text": "what time is it?", "wait": True}).encode()
-            r = await client.post(url, content=ask, headers={"X-Signature-256": sign(ask)})
+            r = await client.post(url, content=ask, headers=signed(ask))
             assert r.status_code == 200, r.text
             assert r.json() == {
                 "reply": "echo: what time is it?",
@@ -102,21 +108,19 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
                 "instanceKey": "webhook:default",
             }
             ask = json.dumps({"event": "custom", "text": "via query"}).encode()
-            r = await client.post(
-                url + "?wait=1", content=ask, headers={"X-Signature-256": sign(ask)}
-            )
+            r = await client.post(url + "?wait=1", content=ask, headers=signed(ask))
             assert r.json()["reply"] == "echo: via query"
 
             slow = json.dumps({"text": "slow", "wait": True}).encode()
-            r = await client.post(url, content=slow, headers={"X-Signature-256": sign(slow)})
+            r = await client.post(url, content=slow, headers=signed(slow))
             assert r.status_code == 502
             assert r.json()["error"]["code"] == "E_AGENT_REQUEST_TIMEOUT"
             refused = json.dumps({"name": "nobody", "text": "x"}).encode()
-            r = await client.post(url, content=refused, headers={"X-Signature-256": sign(refused)})
+            r = await client.post(url, content=refused, headers=signed(refused))
             assert r.status_code == 422 and r.json()["error"]["code"] == "E_NO_ROUTE"
 
             junk = b"[1, 2]"
-            r = await client.post(url, content=junk, headers={"X-Signature-256": sign(junk)})
+            r = await client.post(url, content=junk, headers=signed(junk))
             assert r.status_code == 400
             assert (await client.get(url)).status_code == 405
             assert (
@@ -181,3 +185,102 @@ async def test_webhook_without_secret_accepts_unsigned_and_require_signature_ref
         error = await orch.wait_start_error("strict")
         assert await strict.wait() == 3
         assert "REQUIRE_SIGNATURE" in error.message
+
+
+async def test_a_replayed_or_stale_signed_request_is_refused() -> None:
+    async with FakeOrchestrator() as orch:
+        port = free_port()
+        write_bundle(orch.dir / "b", CONNECTION)
+        proc = await orch.spawn(
+            "hooks", orch.dir / "b", {"HOOK_PORT": str(port), "HOOK_SECRET": SECRET}
+        )
+        await orch.wait_ready("hooks", proc)
+        url = f"http://127.0.0.1:{port}/hooks/in"
+        await wait_listening(url, proc)
+        async with httpx.AsyncClient(timeout=10) as client:
+            body = json.dumps({"text": "pay 10 EUR"}).encode()
+            headers = signed(body)
+            r = await client.post(url, content=body, headers=headers)
+            assert r.status_code == 202, r.text
+
+            r = await client.post(url, content=body, headers=headers)  # the same delivery
+            assert r.status_code == 409, r.text
+            assert r.json()["error"]["code"] == "E_REPLAYED"
+
+            # Made fresh by a new timestamp: the signature no longer matches.
+            forged = {**headers, "X-Webhook-Timestamp": str(int(time.time()) + 1)}
+            r = await client.post(url, content=body, headers=forged)
+            assert r.status_code == 401
+
+            r = await client.post(url, content=body, headers=signed(body, at=time.time() - 600))
+            assert r.status_code == 401
+            assert r.json()["error"]["code"] == "E_STALE_TIMESTAMP"
+
+            untimed = {"X-Signature-256": headers["X-Signature-256"]}
+            r = await client.post(url, content=body, headers=untimed)
+            assert r.status_code == 401
+
+            again = json.dumps({"text": "pay 10 EUR", "n": 2}).encode()
+            r = await client.post(url, content=again, headers=signed(again))
+            assert r.status_code == 202, r.text
+
+        assert [e.message.text for e in await orch.wait_events(2)] == ["pay 10 EUR"] * 2
+        await orch.stop("hooks", proc)
+        assert len(orch.events) == 2, "a refused request emitted an event"
+        assert "replayed request refused" in proc.logs()
+
+
+LIMITED = """
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata:
+  name: limited
+spec:
+  connectorRef: {kind: Connector, name: webhook, package: "@goondan/base"}
+  config:
+    PORT: {valueFrom: {env: HOOK_PORT}}
+    BODY_TIMEOUT_SECONDS: {value: "1"}
+    MAX_BODY_BYTES: {value: "1000"}
+  ingress:
+    rules:
+      - route: {}
+"""
+
+
+async def test_a_trickling_body_is_cut_off_and_a_large_one_refused() -> None:
+    async with FakeOrchestrator() as orch:
+        port = free_port()
+        write_bundle(orch.dir / "b", LIMITED)
+        proc = await orch.spawn("limited", orch.dir / "b", {"HOOK_PORT": str(port)})
+        await orch.wait_ready("limited", proc)
+        await wait_listening(f"http://127.0.0.1:{port}/", proc)
+
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
+        await writer.drain()
+
+        async def trickle() -> None:
+            with contextlib.suppress(ConnectionError):
+                for _ in range(400):  # far slower than 500 bytes a second
+                    await asyncio.sleep(0.1)
+                    writer.write(b" ")
+                    await writer.drain()
+
+        trickling = asyncio.create_task(trickle())
+        try:
+            # The answer, then the end of the stream: the connection is closed.
+            answer = await asyncio.wait_for(reader.read(), 20)
+        finally:
+            trickling.cancel()
+            await asyncio.gather(trickling, return_exceptions=True)
+            writer.close()
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert b"E_BODY_TIMEOUT" in answer
+
+        async with httpx.AsyncClient(timeout=10) as client:
+            r = await client.post(f"http://127.0.0.1:{port}/", content=b"x" * 1001)
+            assert r.status_code == 413
+            r = await client.post(f"http://127.0.0.1:{port}/", json={"text": "fits"})
+            assert r.status_code == 202
+        assert [e.message.text for e in await orch.wait_events(1)] == ["fits"]
+        await orch.stop("limited", proc)

@@ -39,11 +39,12 @@ def test_cli_lines_follow_upstream() -> None:
 
 def test_webhook_payloads_and_signatures() -> None:
     body = b'{"text": "x"}'
-    digest = hmac.new(b"s", body, hashlib.sha256).hexdigest()
-    assert webhook.verify_signature(body, digest, "s")
-    assert webhook.verify_signature(body, f"sha256={digest}", "s")
-    assert not webhook.verify_signature(body, None, "s")
-    assert not webhook.verify_signature(body, digest[:-1] + "0", "s")
+    digest = hmac.new(b"s", b"1700000000." + body, hashlib.sha256).hexdigest()
+    assert webhook.verify_signature(body, "1700000000", digest, "s")
+    assert webhook.verify_signature(body, "1700000000", f"sha256={digest}", "s")
+    assert not webhook.verify_signature(body, "1700000001", digest, "s")  # the time is signed
+    assert not webhook.verify_signature(body, "1700000000", None, "s")
+    assert not webhook.verify_signature(body, "1700000000", digest[:-1] + "0", "s")
     parsed = webhook.parse_payload(
         {"name": "n", "message": {"type": "image", "url": "https://x/a.png"}},
         default_event="d",
