@@ -3,11 +3,18 @@
 Order (upstream `ToolExecutor`): policy and catalog check, argument validation, handler lookup,
 handler call (with its timeout). Every failure becomes a structured error the LLM reads, and
 the turn goes on. Sync handlers run in a thread pool of their own, async ones on the loop.
+
+A thread cannot be stopped: a sync call that times out runs on in its thread (and may keep a
+core busy). Until it returns, further calls of that tool are refused (`E_TOOL_STILL_RUNNING`),
+so one stuck tool holds one thread, not one per call; past MAX_ABANDONED_THREADS such threads,
+every sync tool is refused, so the pool always has threads for the ones that work.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import contextvars
 import time
 from collections.abc import Callable, Collection
@@ -16,6 +23,7 @@ from typing import Any
 
 import fastjsonschema
 import msgspec
+import structlog
 
 from agentproc.deadlines import Deadlines
 from agentproc.messages import ToolCall
@@ -26,11 +34,22 @@ from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolResult
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000
 DEFAULT_TOOL_TIMEOUT_MS = 900_000  # 15 min: above the longest base tool limit (bash, 10 min)
 TOOL_THREADS = 64  # sync handlers at once; a timed-out one keeps its thread until it returns
+MAX_ABANDONED_THREADS = 8  # timed-out sync calls still running, past which sync tools wait
 _TRUNCATION_SUFFIX = "... (truncated)"
 _encoder = msgspec.json.Encoder()
 
 PendingSubmit = Callable[[Pending, ToolEntry], ToolResult]
 """Starts a `Pending` handler result's work and returns what the LLM reads meanwhile."""
+
+
+class ToolStillRunning(Exception):
+    """A sync tool refused because timed-out calls still hold threads."""
+
+    code = "E_TOOL_STILL_RUNNING"
+    suggestion = (
+        "Do not call this tool again now: tell the user it is stuck. It becomes available "
+        "when the earlier call returns or the agent restarts."
+    )
 
 
 def truncate_error_message(message: str, limit: int) -> str:
@@ -52,11 +71,16 @@ class ToolExecutor:
         *,
         default_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS,
         threads: int = TOOL_THREADS,
+        max_abandoned: int = MAX_ABANDONED_THREADS,
     ) -> None:
         self.registry = registry
         self.default_timeout_ms = default_timeout_ms
         self._pool: ThreadPoolExecutor | None = None
         self._threads = threads
+        self._max_abandoned = max_abandoned
+        # Tool name -> its timed-out calls whose threads still run (changed on the loop only).
+        self.abandoned: dict[str, int] = {}
+        self._log = structlog.get_logger()
         self._locks: dict[str, asyncio.Lock] = {}  # one per sequential tool, process-wide
         # Timeouts of the calls running now: one watchdog timer, not `asyncio.timeout`'s
         # timer and context objects per call (a third of a trivial call's cost).
@@ -146,20 +170,69 @@ class ToolExecutor:
         try:
             if entry.is_async:
                 return await entry.handler(ctx, args)
+            self._check_threads(entry.name)
             # Sync handlers run off the loop so a slow one never blocks other instances. The
-            # context (trace span) goes with it; a thread cannot be killed on timeout, so it
-            # runs on and its late result is dropped.
+            # context (trace span) goes with it.
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="tool")
             call = contextvars.copy_context().run
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, call, entry.handler, ctx, args)
+            future = self._pool.submit(call, entry.handler, ctx, args)
+            try:
+                return await asyncio.wrap_future(future)
+            except asyncio.CancelledError:
+                if watched.expired:
+                    self._abandon(entry.name, future, timeout_ms)
+                raise
         except asyncio.CancelledError:
             if watched.expired and task.uncancel() <= cancelling:
                 raise TimeoutError from None  # our deadline, and nobody else cancelled
             raise
         finally:
             self._deadlines.end(watched)
+
+    def _check_threads(self, name: str) -> None:
+        """Refuse a sync call while its tool, or too many tools, have timed-out calls running."""
+        if self.abandoned.get(name):
+            raise ToolStillRunning(
+                f"Tool '{name}' is refused: an earlier call timed out and is still running "
+                "(a thread cannot be stopped)."
+            )
+        total = sum(self.abandoned.values())
+        if total >= self._max_abandoned:
+            stuck = ", ".join(sorted(self.abandoned))
+            raise ToolStillRunning(
+                f"Tool '{name}' is refused: {total} timed-out calls of sync tools ({stuck}) "
+                "are still running in this agent's threads."
+            )
+
+    def _abandon(self, name: str, future: concurrent.futures.Future[Any], timeout_ms: int) -> None:
+        """A timed-out sync call runs on in its thread (its late result is dropped): count it
+        until it returns."""
+        if future.cancel():  # it had not started: nothing runs on
+            return
+        self.abandoned[name] = self.abandoned.get(name, 0) + 1
+        self._log.warning(
+            "sync tool call timed out and runs on in its thread; the tool is refused until "
+            "it returns or the agent restarts",
+            tool=name,
+            timeoutMs=timeout_ms,
+            abandonedThreads=sum(self.abandoned.values()),
+        )
+        loop = asyncio.get_running_loop()
+
+        def returned() -> None:
+            left = self.abandoned.get(name, 0) - 1
+            if left > 0:
+                self.abandoned[name] = left
+            else:
+                self.abandoned.pop(name, None)
+            self._log.info("a timed-out sync tool call returned", tool=name)
+
+        def done(_: concurrent.futures.Future[Any]) -> None:  # in the tool's thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to count
+                loop.call_soon_threadsafe(returned)
+
+        future.add_done_callback(done)
 
 
 def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) -> ToolResult:

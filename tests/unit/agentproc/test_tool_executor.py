@@ -294,6 +294,56 @@ async def test_sync_handler_timeout_uses_the_agent_default():
     assert result.details["timeoutMs"] == 50
 
 
+async def test_a_timed_out_sync_call_blocks_its_tool_until_it_returns():
+    import threading
+
+    release = threading.Event()
+    registry = ToolRegistry(
+        [
+            make("m__stuck", lambda c, a: release.wait(30), timeout_ms=50),
+            make("m__other", lambda c, a: "fine", timeout_ms=50),
+        ]
+    )
+    executor = ToolExecutor(registry)
+    try:
+        assert (await invoke(executor, "m__stuck", {"x": 1})).error.code == "E_TOOL_TIMEOUT"
+        refused = (await invoke(executor, "m__stuck", {"x": 1})).error
+        assert refused.code == "E_TOOL_STILL_RUNNING"
+        assert "'m__stuck'" in refused.message and "timed out" in refused.message
+        assert (await invoke(executor, "m__other", {"x": 1})).output == "fine"
+    finally:
+        release.set()
+    while executor.abandoned:  # the thread returns, and its count goes with it
+        await asyncio.sleep(0.01)
+    assert (await invoke(executor, "m__other", {"x": 1})).output == "fine"
+    executor.close()
+
+
+async def test_past_the_cap_of_timed_out_threads_every_sync_tool_is_refused():
+    import threading
+
+    release = threading.Event()
+    names = ["m__a", "m__b", "m__c"]
+    registry = ToolRegistry(
+        [make(n, lambda c, a: release.wait(30), timeout_ms=50) for n in names]
+        + [make("m__ok", lambda c, a: "ok")]
+    )
+    executor = ToolExecutor(registry, max_abandoned=2)
+    try:
+        for name in names[:2]:
+            assert (await invoke(executor, name, {"x": 1})).error.code == "E_TOOL_TIMEOUT"
+        for name in ["m__c", "m__ok"]:
+            refused = (await invoke(executor, name, {"x": 1})).error
+            assert refused.code == "E_TOOL_STILL_RUNNING"
+            assert "2 timed-out calls of sync tools (m__a, m__b)" in refused.message
+    finally:
+        release.set()
+    while executor.abandoned:
+        await asyncio.sleep(0.01)
+    assert (await invoke(executor, "m__ok", {"x": 1})).output == "ok"
+    executor.close()
+
+
 async def test_tool_policy_denies_with_a_structured_error():
     policy = ToolPolicy(ToolPolicySpec(allow=("m__*",), deny=("m__secret",)))
     registry = ToolRegistry([make("m__a", lambda c, a: 1), make("m__secret", lambda c, a: 2)])
