@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
 import time
 from collections import OrderedDict
 from typing import Any, Literal
@@ -428,6 +429,15 @@ class AgentProcess:
             self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))
         await self.channel.flush(timeout_s=1.0)  # the ack must not die in our outbox
         self.channel.close()
+        stuck = self.definition.executor.abandoned
+        if stuck:
+            # A timed-out sync tool call still runs in its thread, and the interpreter would
+            # wait for it at exit, until the orchestrator's SIGKILL. Everything is saved and
+            # acknowledged by now, so leave at once.
+            self.log.warning("exiting with timed-out tool calls still running", tools=sorted(stuck))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         return 0
 
     def request_stop(self) -> None:

@@ -56,3 +56,12 @@ def test_a_stuck_sync_tool_is_refused_until_its_call_returns(start_daemon, tmp_p
     assert len(warnings) == 1, daemon.logs()
     assert warnings[0]["tool"] == "spin__run"
     assert warnings[0]["level"] == "warning"
+
+    # A restart frees the thread: the agent exits at once (nothing else to wait for), and the
+    # new process runs the tool again.
+    restarted = daemon.cli("restart", "--agent", "solo")
+    assert restarted.returncode == 0, restarted.stderr
+    fresh = daemon.send("spin")
+    assert codes(fresh.stdout) == ["E_TOOL_TIMEOUT", "E_TOOL_STILL_RUNNING"], fresh.stdout
+    assert "agent did not stop in time" not in daemon.logs()
+    assert "exiting with timed-out tool calls still running" in daemon.logs()
