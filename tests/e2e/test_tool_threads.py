@@ -5,6 +5,7 @@ refused at once until that call returns, so one stuck tool holds one thread, not
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.e2e.conftest import solo_bundle
@@ -37,8 +38,9 @@ def codes(reply: str) -> list[str]:
     return [result["code"] for result in json.loads(reply)]
 
 
-def test_a_stuck_sync_tool_is_refused_until_its_call_returns(start_daemon, tmp_path):
-    daemon = start_daemon(spinning_bundle(tmp_path / "b"))
+@pytest.mark.parametrize("spawn", ["zygote", "subprocess"])
+def test_a_stuck_sync_tool_is_refused_until_its_call_returns(start_daemon, tmp_path, spawn):
+    daemon = start_daemon(spinning_bundle(tmp_path / "b"), "--spawn", spawn)
     first = daemon.send("spin")
     assert first.returncode == 0, first.stderr
     # The first call times out; the second is refused instead of taking another thread.
@@ -57,8 +59,8 @@ def test_a_stuck_sync_tool_is_refused_until_its_call_returns(start_daemon, tmp_p
     assert warnings[0]["tool"] == "spin__run"
     assert warnings[0]["level"] == "warning"
 
-    # A restart frees the thread: the agent exits at once (nothing else to wait for), and the
-    # new process runs the tool again.
+    # A restart frees the thread: the agent exits at once, not at the SIGKILL past the grace
+    # period (the interpreter would wait for the thread), and the new process runs the tool.
     restarted = daemon.cli("restart", "--agent", "solo")
     assert restarted.returncode == 0, restarted.stderr
     fresh = daemon.send("spin")
