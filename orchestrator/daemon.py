@@ -328,16 +328,16 @@ class Daemon:
 
     async def _reload(self, restart_all: bool) -> dict[str, Any]:
         try:
-            bundle = load_bundle(self.bundle.root)
-            swarm = bundle.select_swarm(self.swarm.name)
+            # Off the loop: reading and validating files takes as long as the disk does, and
+            # the swarm keeps routing meanwhile.
+            bundle, swarm, prints = await asyncio.to_thread(self._load, self.swarm.name)
         except BundleInvalid as exc:
             errors = [e.render() for e in exc.errors]
             self._log.error("reload refused: the bundle does not validate", errors=errors)
             return {"reloaded": False, "errors": errors}
-        except LookupError as exc:
+        except (LookupError, OSError) as exc:
             self._log.error("reload refused", error=str(exc))
             return {"reloaded": False, "errors": [str(exc)]}
-        prints = self._fingerprint(bundle, swarm)
         old = self._fingerprints
         added = [n for n in prints if n not in old]
         removed = [n for n in old if n not in prints]
@@ -361,6 +361,12 @@ class Daemon:
         _freeze_long_lived()
         self._log.info("bundle reloaded", **result)
         return result
+
+    def _load(self, swarm_name: str) -> tuple[Bundle, Resource, dict[str, str]]:
+        """The bundle as it is on disk now, its swarm and their fingerprints."""
+        bundle = load_bundle(self.bundle.root)
+        swarm = bundle.select_swarm(swarm_name)
+        return bundle, swarm, self._fingerprint(bundle, swarm)
 
     @staticmethod
     def _fingerprint(bundle: Bundle, swarm: Resource) -> dict[str, str]:

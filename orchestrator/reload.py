@@ -6,7 +6,8 @@ import hashlib
 
 import msgspec
 
-from goondan.bundle import Bundle, Resource
+from goondan.bundle import Bundle, Resource, codes
+from goondan.bundle.reading import read_regular_file
 
 
 def agent_fingerprints(bundle: Bundle, swarm: Resource) -> dict[str, str]:
@@ -27,7 +28,7 @@ def agent_fingerprints(bundle: Bundle, swarm: Resource) -> dict[str, str]:
 
 def _read(resource: Resource) -> bytes:
     try:
-        return resource.entry_path().read_bytes()
+        return read_regular_file(resource.entry_path(), codes.MAX_ENTRY_BYTES)
     except OSError:
         return b""
 

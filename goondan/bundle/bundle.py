@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from goondan.bundle import codes
 from goondan.bundle.model import (
     LOCAL_SCOPE,
     AgentSpec,
@@ -12,6 +13,7 @@ from goondan.bundle.model import (
     Resource,
     SwarmSpec,
 )
+from goondan.bundle.reading import read_regular_file
 
 
 class Bundle:
@@ -110,7 +112,8 @@ class Bundle:
         if spec.prompt is None:
             return None
         if spec.prompt.system_ref is not None:
-            return (agent.source.root / spec.prompt.system_ref).read_text(encoding="utf-8")
+            path = agent.source.root / spec.prompt.system_ref
+            return read_regular_file(path, codes.MAX_ENTRY_BYTES).decode("utf-8")
         return spec.prompt.system
 
     def model_spec(self, agent: Resource) -> ModelSpec:

@@ -17,6 +17,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from goondan.bundle import codes
 from goondan.bundle.errors import ConfigError
 from goondan.bundle.located import YamlDoc, YPath, display_path
+from goondan.bundle.reading import TooLarge, UnsafeFile, read_regular_file
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
 _PLAIN_TAGS = {
@@ -136,17 +137,18 @@ def read_documents(file: Path) -> tuple[list[YamlDoc], list[ConfigError]]:
         return ConfigError(code=code, message=message, file=shown, line=line, suggestion=suggestion)
 
     try:
-        size = file.stat().st_size
-        if size > codes.MAX_FILE_BYTES:
-            return [], [
-                fail(
-                    codes.FILE_TOO_LARGE,
-                    f"file is {size} bytes; a resource file may be at most "
-                    f"{codes.MAX_FILE_BYTES} bytes (1 MB)",
-                    "split the resources into several files (agents.yaml, tools.yaml, ...)",
-                )
-            ]
-        text = file.read_bytes().decode("utf-8-sig")
+        text = read_regular_file(file, codes.MAX_FILE_BYTES).decode("utf-8-sig")
+    except TooLarge:
+        return [], [
+            fail(
+                codes.FILE_TOO_LARGE,
+                f"file is over {codes.MAX_FILE_BYTES} bytes, the most a resource file may "
+                "hold (1 MB)",
+                "split the resources into several files (agents.yaml, tools.yaml, ...)",
+            )
+        ]
+    except UnsafeFile as exc:
+        return [], [fail(codes.NOT_A_REGULAR_FILE, str(exc), "make it an ordinary file")]
     except UnicodeDecodeError as exc:
         return [], [
             fail(codes.PARSE_ERROR, f"file is not UTF-8 text ({exc.reason})", "save it as UTF-8")

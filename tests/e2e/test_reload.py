@@ -1,5 +1,6 @@
 """Reloading a running swarm: SIGHUP, `goondan restart`, `--watch`, and systemd's view."""
 
+import os
 import shutil
 import signal
 import socket
@@ -152,3 +153,16 @@ def test_sighup_with_a_broken_bundle_keeps_the_swarm(start_daemon, bundle):
     assert "E_CONFIG_PARSE_ERROR" in daemon.logs()
     assert pids(daemon) == before
     assert daemon.send("What is 2 plus 2?").stdout.startswith("2 plus 2 is 4")
+
+
+def test_a_fifo_in_the_bundle_neither_blocks_the_daemon_nor_is_reloaded(start_daemon, bundle):
+    daemon = start_daemon(bundle)
+    assert daemon.send("What is 1 plus 2?").returncode == 0
+    os.mkfifo(bundle / "tools.yaml")  # reading it would wait for a writer, forever
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload refused" in daemon.logs())
+    assert "E_CONFIG_NOT_A_REGULAR_FILE" in daemon.logs()
+    assert daemon.status()["pid"] == daemon.proc.pid  # the loop still answers
+    assert daemon.send("What is 2 plus 2?").returncode == 0
+    proc = daemon.cli("restart")
+    assert proc.returncode == 1 and "FIFO" in proc.stderr
