@@ -6,11 +6,14 @@ message without decoding (or re-encoding) its body. Field names are camelCase on
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
 
 PROTOCOL_VERSION: Final = 1
+
+# A request's time limit: a negative or zero one would expire before it is delivered.
+TimeoutMs = Annotated[int, msgspec.Meta(gt=0)]
 
 # Core message types (DESIGN.md "IPC") and the lifecycle types the supervisor needs.
 DELEGATE: Final = "delegate"  # request that expects exactly one delegate_result
@@ -70,7 +73,7 @@ class Delegate(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     instance_key: str
     source: Source
     call_chain: tuple[str, ...] = ()  # agent names the request passed through, oldest first
-    timeout_ms: int | None = None
+    timeout_ms: TimeoutMs | None = None
     metadata: dict[str, Any] = {}
 
 
@@ -78,7 +81,7 @@ class DelegateRouting(msgspec.Struct, frozen=True, rename="camel"):
     """The part of a `Delegate` payload the broker reads; the rest stays undecoded."""
 
     call_chain: tuple[str, ...] = ()
-    timeout_ms: int | None = None
+    timeout_ms: TimeoutMs | None = None
 
 
 class DelegateResult(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):

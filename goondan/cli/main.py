@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--hang-timeout",
-        type=float,
+        type=_seconds,
         default=15.0,
         metavar="SECONDS",
         help="kill and respawn an agent whose event loop sent no heartbeat for this long "
@@ -123,7 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(auto: when stdout is a terminal)",
     )
     p.add_argument(
-        "--timeout", type=float, default=600.0, help="seconds to wait for the reply (default: 600)"
+        "--timeout",
+        type=_seconds,
+        default=600.0,
+        help="seconds to wait for the reply (default: 600)",
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
@@ -173,8 +176,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stop", help="stop the running orchestrator cleanly")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
-    p.add_argument("--timeout", type=float, default=330.0, help="seconds to wait for it to exit")
+    p.add_argument("--timeout", type=_seconds, default=330.0, help="seconds to wait for it to exit")
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A time limit: a positive, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
 
 
 def _nice(text: str) -> int:

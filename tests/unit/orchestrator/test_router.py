@@ -220,3 +220,16 @@ async def test_settled_requests_are_reported_once(setup):
     router.result(*reply_to(outbox.to_agents[0][1], "ok"))
     router.result(*reply_to(outbox.to_agents[0][1], "again"))
     assert [p.oid for p in settled] == [oid]
+
+
+@pytest.mark.parametrize("timeout_ms", [-5, 0])
+async def test_a_request_with_a_time_limit_that_is_not_positive_is_refused(setup, timeout_ms):
+    router, outbox, started = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    requester = Requester("control", b"cli", "c1")
+    assert router.delegate(requester, delegate("b", timeout_ms=timeout_ms)) is None
+    [result] = outbox.results()
+    assert result.status == "error" and result.error is not None
+    assert "timeoutMs" in result.error.message
+    assert outbox.to_agents == [] and router.pending == {}
