@@ -30,6 +30,7 @@ BASH_OUTPUT_LIMIT = "GOONDAN_BASH_OUTPUT_LIMIT_BYTES"
 HTTP_ALLOW_HOSTS = "GOONDAN_HTTP_ALLOW_HOSTS"
 HTTP_ALLOW_PRIVATE = "GOONDAN_HTTP_ALLOW_PRIVATE"
 HTTP_MAX_REDIRECTS = "GOONDAN_HTTP_MAX_REDIRECTS"
+TOOL_SANDBOX = "GOONDAN_TOOL_SANDBOX"
 
 DEFAULT_BASH_OUTPUT_LIMIT = 65536
 DEFAULT_HTTP_MAX_REDIRECTS = 5
@@ -66,6 +67,13 @@ def _flag(name: str) -> bool:
     if raw in _FALSE:
         return False
     raise _setting_error(name, raw, "1/true/yes/on or 0/false/no/off")
+
+
+def tool_sandbox_enabled() -> bool:
+    """On unless the operator sets GOONDAN_TOOL_SANDBOX=off (see base_tools/README.md)."""
+    if os.environ.get(TOOL_SANDBOX, "").strip() == "":
+        return True
+    return _flag(TOOL_SANDBOX)
 
 
 def _items(name: str) -> list[str]:

@@ -4,7 +4,8 @@ stdout/stderr capped to a head and a tail.
 On timeout (or when the call is cancelled) the whole process group gets SIGTERM, then SIGKILL
 after a short grace, so a command's children die with it. When the command itself exits, the
 pipes are read for a moment more and then closed: a background job it left running (`server &`)
-keeps running but cannot hold the call open.
+keeps running but cannot hold the call open. In the sandbox, the command is the init of its own
+PID namespace, so what it leaves running ends when it exits.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from base_tools import _sandbox
 from base_tools._policy import (
     BASH_SAFE_ENV,
     BASH_SAFE_ENV_PREFIXES,
@@ -105,8 +107,14 @@ class _Collector(asyncio.SubprocessProtocol):
 
 
 async def run(
-    argv: Sequence[str], *, cwd: Path, env: Mapping[str, str], timeout_ms: int
+    argv: Sequence[str], *, workdir: Path, cwd: Path, env: Mapping[str, str], timeout_ms: int
 ) -> Completed:
+    """Run `argv` in the tool sandbox (`_sandbox.py`) confined to `workdir`, starting in `cwd`."""
+    if os.path.isabs(argv[0]) and not os.access(argv[0], os.X_OK):
+        raise ToolError(f"cannot start {argv[0]}: not an executable file", code="E_EXEC_FAILED")
+    command = _sandbox.wrap(argv, workdir=workdir, cwd=cwd)
+    # A namespace's init ignores SIGTERM and its wrapper does too: only SIGKILL ends the jail.
+    signals = _KILL_ONLY if command is not argv else _TERM_THEN_KILL
     limit = bash_output_limit()
     out, err = CappedBuffer(limit), CappedBuffer(limit)
     started = time.monotonic()
@@ -114,7 +122,7 @@ async def run(
     try:
         transport, collector = await loop.subprocess_exec(
             lambda: _Collector(out, err),
-            *argv,
+            *command,
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -133,11 +141,11 @@ async def run(
             await asyncio.wait_for(asyncio.shield(collector.exited), timeout_ms / 1000)
         except TimeoutError:
             timed_out = True
-            await _kill_group(pgid, collector.exited)
+            await _kill_group(pgid, collector.exited, signals)
         await asyncio.wait([collector.drained], timeout=PIPE_DRAIN_SECONDS)
     finally:
         if transport.get_returncode() is None:  # cancelled from outside: leave nothing running
-            await _kill_group(pgid, collector.exited)
+            await _kill_group(pgid, collector.exited, signals)
         transport.close()
     code = transport.get_returncode()
     assert code is not None
@@ -151,9 +159,17 @@ async def run(
     )
 
 
-async def _kill_group(pgid: int, exited: asyncio.Future[None]) -> None:
+_TERM_THEN_KILL = ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None))
+_KILL_ONLY = ((signal.SIGKILL, None),)
+
+
+async def _kill_group(
+    pgid: int,
+    exited: asyncio.Future[None],
+    signals: Sequence[tuple[signal.Signals, float | None]],
+) -> None:
     """SIGTERM the group, give it a moment, then SIGKILL whatever is left of it."""
-    for sig, grace in ((signal.SIGTERM, KILL_GRACE_SECONDS), (signal.SIGKILL, None)):
+    for sig, grace in signals:
         try:
             os.killpg(pgid, sig)
         except (ProcessLookupError, PermissionError):

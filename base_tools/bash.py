@@ -2,8 +2,9 @@
 
 Safe by default: `cwd` and the script path stay inside the workdir sandbox, the child gets a
 scrubbed environment (no API keys or tokens of the swarm), a timeout kills the whole process
-group, and stdout/stderr are capped (see `_subprocess.py`, `_policy.py`). The command itself can
-still do whatever the agent process's user may: this is not an OS-level jail.
+group, and stdout/stderr are capped (see `_subprocess.py`, `_policy.py`). The command runs in
+the OS-level jail of `_sandbox.py`: no other process, no state root beyond its own workdir, no
+capabilities.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ async def exec_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]
         raise ToolError("command must not be empty", code="E_TOOL_INVALID_ARGS")
     cwd = _working_dir(ctx, args.get("cwd"))
     done = await _subprocess.run(
-        [SHELL, "-c", command], cwd=cwd, env=_env(args), timeout_ms=_timeout(args)
+        [SHELL, "-c", command],
+        workdir=ctx.workdir,
+        cwd=cwd,
+        env=_env(args),
+        timeout_ms=_timeout(args),
     )
     return {"command": command, "cwd": str(cwd), **_outcome(done)}
 
@@ -43,6 +48,7 @@ async def script(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     script_args = [str(item) for item in args.get("args", [])]
     done = await _subprocess.run(
         [shell, str(path), *script_args],
+        workdir=ctx.workdir,
         cwd=resolve_path(ctx.workdir, "."),
         env=_env(args),
         timeout_ms=_timeout(args),

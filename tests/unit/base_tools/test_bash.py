@@ -25,6 +25,20 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def pids_running(cmdline: str) -> list[int]:
+    """Pids (as this process sees them) whose command line is `cmdline`: a tool's own pids are
+    those of its PID namespace, so tests find its processes from outside."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            text = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and text == cmdline and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
 async def wait_dead(pids: list[int], seconds: float = 2.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -86,7 +100,7 @@ async def test_timeout_kills_the_whole_process_group(ctx: ToolContext, workdir: 
     out = await exec_command(
         ctx,
         {
-            "command": "sleep 30 & echo $! > child.pid; sleep 30; echo never",
+            "command": "sleep 30.1 & echo $! > child.pid; sleep 30; echo never",
             "timeoutMs": 300,
         },
     )
@@ -94,20 +108,22 @@ async def test_timeout_kills_the_whole_process_group(ctx: ToolContext, workdir: 
     assert out["timedOut"] is True and out["exitCode"] == -1
     assert out["signal"] in {"SIGTERM", "SIGKILL"}
     assert "never" not in out["stdout"]
-    assert await wait_dead([int((workdir / "child.pid").read_text())])
+    assert (workdir / "child.pid").exists()
+    assert pids_running("sleep 30.1") == []
 
 
 async def test_cancelled_call_leaves_nothing_running(ctx: ToolContext, workdir: Path) -> None:
     task = asyncio.ensure_future(
-        exec_command(ctx, {"command": "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; wait"})
+        exec_command(ctx, {"command": "sleep 30.2 & echo $$ > shell.pid; wait"})
     )
     deadline = time.monotonic() + 5
-    while not (workdir / "shell.pid").exists() and time.monotonic() < deadline:
+    while not pids_running("sleep 30.2") and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
+    pids = pids_running("sleep 30.2")
+    assert pids
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    pids = [int((workdir / name).read_text()) for name in ("child.pid", "shell.pid")]
     assert await wait_dead(pids)
 
 
