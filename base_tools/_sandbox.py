@@ -22,7 +22,8 @@ from base_tools._policy import TOOL_SANDBOX, tool_sandbox_enabled
 from goondan import ToolError
 
 # Runs as root of the new user namespace, before the command: covers the state root, binds the
-# workdir back (opened first, so it is still reachable under the cover), then drops privileges.
+# workdir back (opened first, so it is still reachable under the cover; --no-canonicalize makes
+# mount(2) follow the fd, not the path now under the cover), then drops privileges.
 _SETUP = """set -e
 root=$1 work=$2 cwd=$3
 shift 3
@@ -34,7 +35,7 @@ if [ -d "$root" ]; then
   mount -t tmpfs -o mode=0755,size=64k goondan-hidden "$root"
   if [ -n "$inside" ]; then
     mkdir -p "$work"
-    mount --bind /proc/self/fd/3 "$work"
+    mount --no-canonicalize --bind /proc/self/fd/3 "$work"
     exec 3<&-
   fi
 fi
