@@ -20,6 +20,7 @@ from agentproc.tool_registry import ToolLoadError, ToolRegistry
 from agentproc.turn import AgentDefinition
 from goondan.bundle import AgentSpec, BundleInvalid, Resource, resolve_value
 from goondan.bundle.cache import load_bundle_cached
+from goondan.hardening import harden_agent
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()
     structlog.contextvars.bind_contextvars(agent=args.agent)
+    harden_agent(args.state_root)
     try:
         import uvloop
 

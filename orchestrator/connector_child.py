@@ -34,6 +34,7 @@ from goondan.connectors import (
     install_redaction,
     load_connection,
 )
+from goondan.hardening import forbid_inspection
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from ipc import messages as wire
@@ -201,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     credential = None if args.credential_fd is None else read_credential_fd(args.credential_fd)
     die_with_parent(args.parent_pid)
+    forbid_inspection()
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()
