@@ -35,3 +35,24 @@ def test_a_tool_that_prints_leaves_the_log_json(start_daemon, tmp_path) -> None:
     assert ("solo", "second line") in printed
     assert ("solo", "partial") in printed  # flushed at exit
     assert "raw bytes on fd 1" not in log
+
+
+def test_a_real_agents_bash_cannot_reach_the_daemon(start_daemon, tmp_path, state_root) -> None:
+    # The agent exports its state root, so its tools see neither the sockets nor the journal;
+    # the daemon's and the agent's environ (with the key) are outside the tool's /proc.
+    command = (
+        f"ls {state_root}/run; cat /proc/$PPID/environ /proc/1/environ | tr '\\0' '\\n'; "
+        "echo MARK > mine.txt; cat mine.txt"
+    )
+    peek = {
+        "when": "peek",
+        "steps": [{"call": "bash__exec", "args": {"command": command}}, {"reply": "{{result}}"}],
+    }
+    bundle = solo_bundle(tmp_path / "b", rules=[peek], base_tools=("bash",))
+    daemon = start_daemon(bundle, env={"OPENAI_API_KEY": "sk-e2e-secret-77"})
+    proc = daemon.send("peek")
+    assert proc.returncode == 0, proc.stderr
+    assert "No such file" in proc.stdout  # the peeks ran
+    assert "MARK" in proc.stdout  # its own workdir works
+    assert "agents.sock" not in proc.stdout and "control.sock" not in proc.stdout
+    assert "sk-e2e-secret-77" not in proc.stdout
