@@ -7,6 +7,7 @@ problem of the bundle, not just the first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,6 +163,10 @@ class Checker:
         bounds = _describe_bounds(low, high, strict_low)
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.error(path, f"must be a number{bounds}, got {type_name(value)}")
+            return None
+        if not math.isfinite(value):
+            # YAML's .nan passes every range comparison and .inf is no usable duration or size.
+            self.error(path, f"must be a finite number{bounds}, got {value}")
             return None
         too_low = low is not None and (value <= low if strict_low else value < low)
         if too_low or (high is not None and value > high):
