@@ -104,3 +104,15 @@ def test_an_entry_over_the_size_limit_is_refused(bundle: Path) -> None:
         out.write("#" * (codes.MAX_ENTRY_BYTES + 1) + "\n")
     err = only(errors(bundle), codes.FILE_TOO_LARGE)
     assert "./tools/calc.py" in err.message
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf", "-5"])
+def test_a_duration_that_is_not_a_positive_finite_number_is_refused(
+    bundle: Path, value: str
+) -> None:
+    main = bundle / "goondan.yaml"
+    main.write_text(
+        main.read_text().replace("gracePeriodSeconds: 10", f"gracePeriodSeconds: {value}")
+    )
+    [err] = errors(bundle)
+    assert err.code == codes.SCHEMA_INVALID and "gracePeriodSeconds" in (err.path or "")
