@@ -49,6 +49,14 @@ from orchestrator.trust import PEER_KEY_FILE, SENDS, Admitted, Refused, admit, w
 from orchestrator.watch import watch
 
 DEFAULT_INPUT_TIMEOUT_MS = 600_000  # a CLI input may run a long turn
+# A journaled input delivered again after a restart that fails with one of these is delivered
+# once more later: a disk with room again, or an agent that no longer crashes, may answer it.
+REPLAY_AGAIN_ON = frozenset(
+    {"E_STORAGE", "E_AGENT_CRASHED", "E_AGENT_STOPPED", "AGENT_REQUEST_TIMEOUT"}
+)
+REPLAY_MAX_TRIES = 5  # for a crash or a timeout: an input that crashes its agent is given up
+REPLAY_BACKOFF_S = 1.0  # doubled at each try, up to REPLAY_BACKOFF_MAX_S
+REPLAY_BACKOFF_MAX_S = 60.0
 
 
 class OrchestratorInfo(msgspec.Struct, frozen=True, rename="camel"):
@@ -96,6 +104,7 @@ class Daemon:
         self._stopping = False
         self._fingerprints = self._fingerprint(bundle, self.swarm)
         self._reload_lock = asyncio.Lock()
+        self._replay_tries: dict[str, int] = {}  # journaled inputs that failed after a restart
         self.notifier = Notifier()
 
     # -- life cycle --------------------------------------------------------------------------
@@ -205,19 +214,51 @@ class Daemon:
         entries = self.journal.recover()
         if entries:
             self._log.warning("delivering unanswered inputs from the journal", count=len(entries))
-        replay = Requester("replay", b"journal", None)
         for entry in entries:
-            try:
-                env = wire.decode(entry.frame)
-            except wire.MalformedFrame:
-                self._journal_done(entry.id)
-                continue
-            if self.router.delegate(replay, env, request_id=entry.id) is None:
-                self._journal_done(entry.id)  # answered at once (e.g. the agent is gone)
+            self._replay(entry.id)
+
+    def _replay(self, request_id: str) -> None:
+        """Deliver a journaled input again; its answer goes to `_replay_answered`."""
+        entry = self.journal.entry(request_id)
+        if entry is None or self._stopping:
+            return
+        try:
+            env = wire.decode(entry.frame)
+        except wire.MalformedFrame:
+            self._journal_done(request_id)
+            return
+        self.router.delegate(Requester("replay", b"journal", request_id), env, request_id)
+
+    def _replay_answered(self, request_id: str, frame: bytes) -> None:
+        """A replayed input's answer has nobody to go to: the client that sent it left with
+        the orchestrator that died. A failure a later delivery may not meet (a full disk, a
+        crash) keeps the input journaled and delivers it again after a back-off, so it is not
+        forgotten; anything else settles it."""
+        if self._stopping:
+            return  # still journaled: the next run delivers it
+        result = wire.decode_payload(wire.decode(frame), wire.DelegateResult)
+        code = result.error.code if result.error is not None else None
+        if code in REPLAY_AGAIN_ON:
+            tries = self._replay_tries[request_id] = self._replay_tries.get(request_id, 0) + 1
+            if code == "E_STORAGE" or tries < REPLAY_MAX_TRIES:
+                delay = min(REPLAY_BACKOFF_S * 2 ** (tries - 1), REPLAY_BACKOFF_MAX_S)
+                self._log.warning(
+                    "journaled input failed; delivering it again",
+                    requestId=request_id,
+                    code=code,
+                    retryInSeconds=delay,
+                )
+                asyncio.get_running_loop().call_later(delay, self._replay, request_id)
+                return
+            self._log.error("journaled input abandoned", requestId=request_id, code=code)
+        self._replay_tries.pop(request_id, None)
+        self._journal_done(request_id)
+        self._log.info("journaled input answered", agent=result.target, status=result.status)
 
     def _settled(self, pending: Pending) -> None:
-        # At shutdown, unanswered inputs stay in the journal for the next run.
-        outside = pending.requester.channel in ("control", "replay", "connector")
+        # At shutdown, unanswered inputs stay in the journal for the next run. Replays settle
+        # in `_replay_answered`, which decides whether they are done.
+        outside = pending.requester.channel in ("control", "connector")
         if outside and not self._stopping:
             self._journal_done(pending.oid)
 
@@ -404,7 +445,7 @@ class Daemon:
 
     def to_requester(self, requester: Requester, frame: bytes) -> None:
         if requester.channel == "replay":
-            self._log.info("journaled input answered", agent=wire.decode(frame).from_)
+            self._replay_answered(requester.correlation_id or "", frame)
             return
         if requester.channel == "connector":
             self.connections.answer(requester, frame)

@@ -83,6 +83,10 @@ class Journal:
                 with contextlib.suppress(StorageError):  # the line is written; compact later
                     self._rewrite()
 
+    def entry(self, request_id: str) -> Entry | None:
+        """The accepted, unanswered input `request_id`, if there is one."""
+        return self._open.get(request_id)
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -152,3 +152,57 @@ def test_a_conversation_the_disk_cannot_hold_fails_its_turn_with_e_storage(
         assert ok.returncode == 0, ok.stderr
         contents = [str(m.content) for m in read_messages(disk / "solo")]
         assert contents and "hello again" in contents[-1] and daemon.process("solo")["pid"] == pid
+
+
+def test_a_replay_that_cannot_be_stored_is_delivered_again_once_it_can(tmp_path, state_root):
+    """After a restart, nobody waits for a journaled input's answer: one that fails because
+    its conversation cannot be written (here the file is made immutable, which even root
+    cannot write) stays journaled and is delivered again until it is answered."""
+    bundle = write_bundle(tmp_path / "b", BUNDLE, {"slow.py": SLOW_TOOL})
+    daemons: list[Daemon] = []
+    events = state_root / "swarms/default/instances/cli/sleeper/events.jsonl"
+    try:
+        daemons.append(Daemon(bundle, state_root))
+        workdir = state_root / "swarms/default/workspaces/cli"
+        workdir.mkdir(parents=True)
+        (workdir / "delay").write_text("30")
+        sender = subprocess.Popen(
+            [
+                *GOONDAN,
+                "send",
+                "work please",
+                "--agent",
+                "sleeper",
+                "--state-root",
+                str(state_root),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: (workdir / "attempts").exists(), timeout=15)  # accepted, running
+        daemons[0].proc.kill()  # the input is only in the journal now
+        daemons[0].proc.wait()
+        sender.communicate(timeout=10)
+
+        subprocess.run(["chattr", "+i", str(events)], check=True)
+        daemons.append(Daemon(bundle, state_root))
+        wait_for(lambda: "journaled input failed; delivering it again" in daemons[-1].logs())
+        assert "E_STORAGE" in daemons[-1].logs()
+        subprocess.run(["chattr", "-i", str(events)], check=True)
+
+        def answered() -> bool:
+            messages = read_messages(events.parent)
+            return bool(messages) and messages[-1].content == "attempt E_TOOL_INTERRUPTED"
+
+        wait_for(answered, timeout=20)
+        wait_for(lambda: '"journaled input answered"' in daemons[-1].logs())
+        journal = state_root / "run/journal.jsonl"
+        daemons[-1].stop()
+        reopened = [_decoder.decode(line) for line in journal.read_bytes().splitlines()]
+        accepted = {e.id for e in reopened if e.op == "accept"}
+        assert accepted <= {e.id for e in reopened if e.op == "done"}  # settled, once
+    finally:
+        subprocess.run(["chattr", "-i", str(events)], check=False)
+        for each in daemons:
+            each.stop()
