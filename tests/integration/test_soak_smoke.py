@@ -60,7 +60,8 @@ def test_soak_runs_every_attack_and_counts_every_request() -> None:
     assert report["duplicated"] == 0, context
     assert report["journalDrained"], context
     assert report["peakRssKiB"]["orchestrator"] > 0 and report["peakRssKiB"]["agents"] > 0
-    # Today's daemon still loses requests when the disk fills (issue 25, finding 2) and
-    # delivers forged answers (finding 4); `report["lost"] == 0`, `fates["forgedAnswers"] == 0`
-    # and `run.returncode == 0` are asserted here once those fixes land.
-    assert run.returncode == (1 if report["lost"] or report["duplicated"] else 0), context
+    assert report["lost"] == 0, context
+    assert fates["forgedAnswers"] == 0, context  # only the target's own answer counts
+    assert fates["hung"] == 0, context
+    assert not report["unexpectedDaemonExits"] and report["orphanedAgents"] == 0, context
+    assert run.returncode == 0, context
