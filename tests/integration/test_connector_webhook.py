@@ -51,6 +51,17 @@ def signed(
     return {"X-Webhook-Timestamp": timestamp, "X-Signature-256": prefix + digest.hexdigest()}
 
 
+async def start_listening(
+    orch: FakeOrchestrator, name: str, url: str, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """The connection `name` of the bundle in `orch.dir / "b"`, ready and serving `url`."""
+    port = str(httpx.URL(url).port)
+    proc = await orch.spawn(name, orch.dir / "b", {"HOOK_PORT": port, **(env or {})})
+    await orch.wait_ready(name, proc)
+    await wait_listening(url, proc)
+    return proc
+
+
 async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
     async with FakeOrchestrator() as orch:
         port = free_port()
@@ -63,12 +74,8 @@ async def test_webhook_signed_unsigned_tampered_and_sync_reply() -> None:
         orch.refuse = lambda e: (
             wire.ErrorInfo("E_NO_ROUTE", "no rule matched") if e.name == "nobody" else None
         )
-        proc = await orch.spawn(
-            "hooks", orch.dir / "b", {"HOOK_PORT": str(port), "HOOK_SECRET": SECRET}
-        )
-        await orch.wait_ready("hooks", proc)
         url = f"http://127.0.0.1:{port}/hooks/in"
-        await wait_listening(url, proc)
+        proc = await start_listening(orch, "hooks", url, {"HOOK_SECRET": SECRET})
         async with httpx.AsyncClient(timeout=10) as client:
             body = json.dumps(
                 {
@@ -171,10 +178,8 @@ async def test_webhook_without_secret_accepts_unsigned_and_require_signature_ref
                 REQUIRE_SIGNATURE: {value: "true"}
         """,
         )
-        proc = await orch.spawn("open", orch.dir / "b", {"HOOK_PORT": str(port)})
-        await orch.wait_ready("open", proc)
         url = f"http://127.0.0.1:{port}/"
-        await wait_listening(url, proc)
+        proc = await start_listening(orch, "open", url)
         async with httpx.AsyncClient(timeout=10) as client:
             r = await client.post(url, json={"text": "hi"})
         assert r.status_code == 202
@@ -191,12 +196,8 @@ async def test_a_replayed_or_stale_signed_request_is_refused() -> None:
     async with FakeOrchestrator() as orch:
         port = free_port()
         write_bundle(orch.dir / "b", CONNECTION)
-        proc = await orch.spawn(
-            "hooks", orch.dir / "b", {"HOOK_PORT": str(port), "HOOK_SECRET": SECRET}
-        )
-        await orch.wait_ready("hooks", proc)
         url = f"http://127.0.0.1:{port}/hooks/in"
-        await wait_listening(url, proc)
+        proc = await start_listening(orch, "hooks", url, {"HOOK_SECRET": SECRET})
         async with httpx.AsyncClient(timeout=10) as client:
             body = json.dumps({"text": "pay 10 EUR"}).encode()
             headers = signed(body)
@@ -251,9 +252,7 @@ async def test_a_trickling_body_is_cut_off_and_a_large_one_refused() -> None:
     async with FakeOrchestrator() as orch:
         port = free_port()
         write_bundle(orch.dir / "b", LIMITED)
-        proc = await orch.spawn("limited", orch.dir / "b", {"HOOK_PORT": str(port)})
-        await orch.wait_ready("limited", proc)
-        await wait_listening(f"http://127.0.0.1:{port}/", proc)
+        proc = await start_listening(orch, "limited", f"http://127.0.0.1:{port}/")
 
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{")
