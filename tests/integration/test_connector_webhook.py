@@ -14,6 +14,7 @@ import pytest
 
 from ipc import messages as wire
 from tests.fakes.fake_orchestrator import (
+    ConnectorProc,
     FakeOrchestrator,
     free_port,
     wait_listening,
@@ -53,7 +54,7 @@ def signed(
 
 async def start_listening(
     orch: FakeOrchestrator, name: str, url: str, env: dict[str, str] | None = None
-) -> asyncio.subprocess.Process:
+) -> ConnectorProc:
     """The connection `name` of the bundle in `orch.dir / "b"`, ready and serving `url`."""
     port = str(httpx.URL(url).port)
     proc = await orch.spawn(name, orch.dir / "b", {"HOOK_PORT": port, **(env or {})})
