@@ -24,7 +24,7 @@ from goondan.hardening import harden_agent
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
-from ipc import messages as wire
+from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import send_once
 

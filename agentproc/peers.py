@@ -22,7 +22,7 @@ from agentproc.messages import Message
 from agentproc.tracing import current_span
 from goondan.delegation import DelegateError, RequestTimeout, delegate_error
 from goondan.tools import DelegateReply
-from ipc import messages as wire
+from ipc import wire
 
 DEFAULT_TIMEOUT_MS = 60_000
 ORCHESTRATOR_TIMEOUT_S = 10.0

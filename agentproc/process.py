@@ -21,8 +21,7 @@ from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import BadInstanceKey, StatePaths, StorageError
-from ipc import messages as wire
-from ipc import zmtp
+from ipc import wire, zmtp
 from ipc.credential import properties
 from ipc.dealer import Dealer
 

@@ -30,7 +30,7 @@ from agentproc.turn import AgentDefinition
 from goondan.bundle.model import ModelSpec
 from goondan.paths import StatePaths
 from goondan.tools import ToolContext
-from ipc import messages as wire
+from ipc import wire
 from ipc.endpoints import bind_router
 
 AGENT = "rehearsal"

@@ -206,7 +206,7 @@ def running(
 
 
 def delegate_payload(text: str, instance_key: str, source: str, timeout_ms: int = 60_000) -> bytes:
-    from ipc import messages as wire
+    from ipc import wire
 
     payload = wire.Delegate(
         input=text,
@@ -219,7 +219,7 @@ def delegate_payload(text: str, instance_key: str, source: str, timeout_ms: int 
 
 def result_payload(target: str, text: str, instance_key: str) -> bytes:
     """What a product agent answers to `delegate_payload(text, ...)` with the echo model."""
-    from ipc import messages as wire
+    from ipc import wire
 
     reply = ECHO_REPLY.replace("{{input}}", text)
     return bytes(
@@ -239,14 +239,14 @@ def peer_key_metadata(agents_endpoint: str) -> bytes:
 
 
 def ready_frame(name: str) -> bytes:
-    from ipc import messages as wire
+    from ipc import wire
 
     ready = wire.Ready(wire.PROTOCOL_VERSION, os.getpid(), name)
     return wire.encode(wire.READY, name, wire.ORCHESTRATOR, ready)
 
 
 def heartbeat_frame(name: str) -> bytes:
-    from ipc import messages as wire
+    from ipc import wire
 
     return wire.encode(wire.HEARTBEAT, name, wire.ORCHESTRATOR)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import zmq
 
-from ipc import messages as wire
+from ipc import wire
 from ipc.endpoints import ipc_endpoint
 
 GREETING_HEAD = b"\xff" + b"\x00" * 8 + b"\x7f"  # ZMTP 3 signature

@@ -16,7 +16,7 @@ import zmq
 
 from bench.soak_bundle import expected_answer
 from bench.soak_daemon import Generation
-from ipc import messages as wire
+from ipc import wire
 from ipc.endpoints import ipc_endpoint
 
 REFUSAL_CODES = frozenset({"E_STORAGE", "MESSAGE_TOO_LARGE"})

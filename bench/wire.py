@@ -1,4 +1,4 @@
-"""The bench's own mirror of the envelope (`ipc/messages.py` shape), for the bare broker, the
+"""The bench's own mirror of the envelope (`ipc/wire.py` shape), for the bare broker, the
 bare agents and the driver. It does not import the product, so the baseline stays a baseline;
 the product-specific payload bytes (a `Delegate`, a `DelegateResult`, `ready`) are made by
 `bench/product.py` with the product's own codec and handed over as bytes, so both arms carry

@@ -36,7 +36,7 @@ from urllib.parse import quote
 import msgspec
 import structlog
 
-from ipc import messages as wire
+from ipc import wire
 
 ACK_TIMEOUT_S = 10.0  # the orchestrator journals (fsync) and routes; it answers in milliseconds
 DEFAULT_REPLY_TIMEOUT_S = 300.0

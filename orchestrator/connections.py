@@ -14,7 +14,7 @@ import structlog
 
 from goondan.bundle import Bundle, ConnectionSpec, Resource
 from goondan.paths import StorageError
-from ipc import messages as wire
+from ipc import wire
 from orchestrator.ingress import event_text, route_event
 from orchestrator.journal import Journal
 from orchestrator.router import Requester, Router

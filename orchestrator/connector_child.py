@@ -37,7 +37,7 @@ from goondan.connectors import (
 from goondan.hardening import forbid_inspection
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
-from ipc import messages as wire
+from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import Dealer, send_once
 

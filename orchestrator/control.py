@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from ipc import messages as wire
+from ipc import wire
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 

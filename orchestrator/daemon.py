@@ -24,7 +24,7 @@ import structlog
 from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
 from goondan.hardening import forbid_inspection
 from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
-from ipc import messages as wire
+from ipc import wire
 from ipc.endpoints import ensure_private_dir, ipc_endpoint
 from ipc.router_socket import DEFAULT_FD_SHARE, RouterSocket, Unroutable, connection_cap
 from orchestrator.connections import Connections, swarm_connections, terminal_connection

@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from goondan.bundle.model import ConnectionSpec, IngressRule
-from ipc.messages import ConnectorEvent
+from ipc.wire import ConnectorEvent
 
 
 class Route(msgspec.Struct, frozen=True):

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from goondan.paths import StatePaths
-from ipc import messages as wire
+from ipc import wire
 from orchestrator.control import AgentCalls, CommandError
 
 

@@ -21,8 +21,7 @@ from typing import Literal, Protocol
 import msgspec
 import structlog
 
-from ipc import messages as wire
-from ipc import zmtp
+from ipc import wire, zmtp
 from orchestrator.throttled_log import ThrottledLog
 from orchestrator.timeouts import Timeouts
 

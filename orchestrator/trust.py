@@ -17,7 +17,7 @@ from typing import Literal
 
 import msgspec
 
-from ipc import messages as wire
+from ipc import wire
 from ipc.credential import CREDENTIAL_PROPERTY, new_credential
 from orchestrator.supervisor import ProcessKind, Slot
 

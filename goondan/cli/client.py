@@ -13,8 +13,7 @@ from typing import Any
 import zmq
 
 from goondan.paths import StatePaths
-from ipc import messages as wire
-from ipc import zmtp
+from ipc import wire, zmtp
 from ipc.endpoints import ipc_endpoint
 
 

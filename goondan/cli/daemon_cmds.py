@@ -12,8 +12,7 @@ import msgspec
 
 from goondan.cli.client import ControlClient, NotRunning, daemon_running
 from goondan.paths import StatePaths
-from ipc import messages as wire
-from ipc import zmtp
+from ipc import wire, zmtp
 
 EXIT_FAILED = 1
 EXIT_NOT_RUNNING = 2

@@ -11,7 +11,7 @@ import zmq
 
 from goondan.cli.client import ControlClient
 from goondan.paths import StatePaths
-from ipc import messages as wire
+from ipc import wire
 from tests.e2e.conftest import write_bundle
 
 AGENTS = ["w0", "w1", "w2", "w3"]

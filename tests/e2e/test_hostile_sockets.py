@@ -13,8 +13,7 @@ from typing import Any, cast
 import pytest
 import zmq
 
-from ipc import messages as wire
-from ipc import zmtp
+from ipc import wire, zmtp
 from tests.e2e.conftest import GOONDAN, QUICKSTART, Daemon, wait_for
 
 OPEN_FILES = 1024  # systemd's default, soft and hard: `_raise_open_files_limit` cannot lift it

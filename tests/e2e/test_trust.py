@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import zmq
 
-from ipc import messages as wire
+from ipc import wire
 from orchestrator.journal import Entry
 from tests.e2e.conftest import GOONDAN, wait_for, write_bundle
 from tests.e2e.test_connectors import webhook  # noqa: F401 - a fixture

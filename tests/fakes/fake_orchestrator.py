@@ -30,7 +30,7 @@ from typing import IO, Any
 import zmq
 import zmq.asyncio
 
-from ipc import messages as wire
+from ipc import wire
 from ipc.credential import CREDENTIAL_PROPERTY
 
 BUNDLE_HEAD = """\

@@ -16,7 +16,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from ipc import messages as wire
+from ipc import wire
 from tests.fakes.fake_orchestrator import BUNDLE_HEAD
 
 AGENT = "assistant"

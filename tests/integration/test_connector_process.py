@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from ipc import messages as wire
+from ipc import wire
 from tests.fakes.fake_orchestrator import FakeOrchestrator, write_bundle
 
 pytestmark = pytest.mark.timeout(30)

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from ipc import messages as wire
+from ipc import wire
 from tests.fakes.fake_orchestrator import (
     ConnectorProc,
     FakeOrchestrator,

@@ -23,7 +23,7 @@ from agentproc.tool_registry import ToolRegistry
 from agentproc.turn import AgentDefinition
 from goondan.bundle.model import ModelSpec
 from goondan.paths import StatePaths
-from ipc import messages as wire
+from ipc import wire
 from ipc.endpoints import bind_router
 
 AGENT = "a"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentproc import process as agent_process
-from ipc import messages as wire
+from ipc import wire
 from tests.unit.agentproc.agent_kit import Orchestrator, running_agent
 
 INTERVAL_S = 0.3

@@ -445,7 +445,7 @@ async def test_details_stay_out_of_the_llm_channel(tmp_path):
 async def test_the_tool_span_travels_with_a_request_to_another_agent(tmp_path):
     from agentproc.peers import PeerClient, TurnRuntime
     from agentproc.turn import TurnInput, run_turn
-    from ipc import messages as wire
+    from ipc import wire
 
     frames: list[bytes] = []
     peers = PeerClient("tester", frames.append)

@@ -15,7 +15,7 @@ from goondan import (
     stringify_properties,
 )
 from goondan.connectors import build_event
-from ipc import messages as wire
+from ipc import wire
 
 
 class Wire:

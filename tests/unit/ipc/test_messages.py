@@ -1,7 +1,7 @@
 import msgspec
 import pytest
 
-from ipc import messages as wire
+from ipc import wire
 
 
 def test_envelope_round_trip_keeps_header_and_payload():

@@ -9,7 +9,7 @@ from goondan.bundle.model import (
     IngressRule,
     ObjectRef,
 )
-from ipc.messages import ConnectorEvent, ConnectorMessage
+from ipc.wire import ConnectorEvent, ConnectorMessage
 from orchestrator.ingress import Route, event_text, route_event
 
 RULES = ConnectionSpec(

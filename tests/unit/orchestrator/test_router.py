@@ -4,8 +4,7 @@ import asyncio
 
 import pytest
 
-from ipc import messages as wire
-from ipc import zmtp
+from ipc import wire, zmtp
 from orchestrator.router import Requester, Router
 
 
