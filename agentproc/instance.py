@@ -23,8 +23,7 @@ from agentproc.extension_state import ExtensionStateStore
 from agentproc.messages import Message
 from agentproc.pending import PendingJobs
 from agentproc.runtime_events import RuntimeEventLog
-
-INBOX_LIMIT = 256  # messages waiting for an instance's next step
+from goondan.settings import DEFAULTS
 
 
 class Instance:
@@ -36,9 +35,11 @@ class Instance:
         workdir: Path | None = None,
         fsync_events: bool = False,
         events: RuntimeEventLog | None = None,
+        inbox_limit: int = DEFAULTS.agent.inbox_limit,
     ) -> None:
         """`events`: the agent process's runtime event log; without one (an instance on its
-        own, as in tests), a log in the instance's directory."""
+        own, as in tests), a log in the instance's directory. Past `inbox_limit` messages
+        waiting for the next step, the oldest is dropped."""
         self.key = key
         self.directory = directory
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
@@ -48,6 +49,7 @@ class Instance:
         self.state = ExtensionStateStore(directory / "extensions", durable=fsync_events)
         self.jobs = PendingJobs(directory, self.deliver, durable=fsync_events)
         self._inbox: list[Message] = []
+        self._inbox_limit = inbox_limit
         self.last_turn_at = 0.0  # time.monotonic() when the last turn ended
 
     def load(self) -> Instance:
@@ -62,7 +64,7 @@ class Instance:
     def deliver(self, message: Message) -> None:
         """A message for the next step (or turn): it joins the conversation then."""
         self._inbox.append(message)
-        if len(self._inbox) > INBOX_LIMIT:
+        if len(self._inbox) > self._inbox_limit:
             dropped = self._inbox.pop(0)
             structlog.get_logger().warning(
                 "inbox full; oldest message dropped", instanceKey=self.key, messageId=dropped.id

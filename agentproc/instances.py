@@ -2,7 +2,7 @@
 
 A key with work has one worker task on it. Workers that run out of work park and are handed
 the next idle key that gets work, so a busy agent does not create (and register, and collect)
-a task per turn; at most MAX_PARKED wait, and the rest end. A job runs in its worker's context:
+a task per turn; at most `max_parked` wait, and the rest end. A job runs in its worker's context:
 a context variable a job sets and does not reset is seen by that worker's next job (the turn
 loop resets its own).
 """
@@ -16,13 +16,20 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from goondan.settings import DEFAULTS
+
 J = TypeVar("J")
-MAX_PARKED = 8  # idle workers kept for the next keys
 
 
 class InstanceQueues(Generic[J]):
-    def __init__(self, run: Callable[[str, J], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        run: Callable[[str, J], Awaitable[None]],
+        *,
+        max_parked: int = DEFAULTS.agent.max_parked_workers,
+    ) -> None:
         self._run = run
+        self._max_parked = max_parked  # idle workers kept for the next keys
         self._queues: dict[str, deque[J]] = {}
         self._busy: set[str] = set()  # keys a worker is on (or has been handed)
         self._parked: list[asyncio.Future[str]] = []
@@ -86,7 +93,7 @@ class InstanceQueues(Generic[J]):
                 if not self._busy and self._idle_waiter is not None:
                     self._idle_waiter.set_result(None)
                     self._idle_waiter = None
-            if len(self._parked) >= MAX_PARKED:
+            if len(self._parked) >= self._max_parked:
                 return
             parked: asyncio.Future[str] = loop.create_future()
             self._parked.append(parked)

@@ -24,6 +24,7 @@ from goondan.hardening import harden_agent
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
+from goondan.settings import DEFAULTS, Settings, SettingsError
 from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import send_once
@@ -33,7 +34,9 @@ class StartError(Exception):
     """A reason this agent cannot start that the user can fix; reported to the orchestrator."""
 
 
-async def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, dict[str, Any]]:
+async def build_definition(
+    args: argparse.Namespace, settings: Settings = DEFAULTS
+) -> tuple[AgentDefinition, dict[str, Any]]:
     """Load the bundle and make this agent: provider, tools, extensions, policies.
 
     Raises StartError with a message for whoever waits on the agent."""
@@ -76,6 +79,7 @@ async def build_definition(args: argparse.Namespace) -> tuple[AgentDefinition, d
         loop_detection=policy.loop_detection,
         pricing=model.pricing,
         bus=EventBus(),
+        tool_timeout_ms=settings.agent.tool_timeout_ms,
     )
     try:
         await load_extensions(
@@ -133,6 +137,13 @@ def _check_tools(agent: Resource, definition: AgentDefinition) -> None:
         )
 
 
+def _settings(text: str) -> Settings:
+    try:
+        return Settings.from_argv(text)
+    except SettingsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agentproc")
     parser.add_argument("--agent", required=True)
@@ -143,6 +154,12 @@ def _make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument(
         "--nice", type=int, default=0, help="lower this process's priority by this much"
+    )
+    parser.add_argument(
+        "--settings",
+        type=_settings,
+        default=DEFAULTS,
+        help="the daemon's settings that differ from the defaults (JSON)",
     )
     parser.add_argument(
         "--credential-fd",
@@ -164,7 +181,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
     log = structlog.get_logger().bind(agent=args.agent)
     try:
-        definition, catalog = await build_definition(args)
+        definition, catalog = await build_definition(args, args.settings)
     except (StartError, LookupError) as exc:
         log.error("agent cannot start", error=str(exc))
         error = wire.ErrorInfo("E_AGENT_START", str(exc))
@@ -178,7 +195,7 @@ async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
         paths=StatePaths.at(args.state_root),
         endpoint=args.endpoint,
         credential=credential,
-        durability="fsync" if os.environ.get("GOONDAN_DURABILITY") == "fsync" else "os",
+        settings=args.settings,
     )
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
     try:

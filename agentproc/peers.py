@@ -21,20 +21,31 @@ import msgspec
 from agentproc.messages import Message
 from agentproc.tracing import current_span
 from goondan.delegation import DelegateError, RequestTimeout, delegate_error
+from goondan.settings import DEFAULTS
 from goondan.tools import DelegateReply
 from ipc import wire
-
-DEFAULT_TIMEOUT_MS = 60_000
-ORCHESTRATOR_TIMEOUT_S = 10.0
-_BACKSTOP_S = 2.0  # our deadline beyond the orchestrator's, for a vanished orchestrator
 
 
 class PeerClient:
     """Outstanding requests of this process, keyed by local correlation id."""
 
-    def __init__(self, agent_name: str, send: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        agent_name: str,
+        send: Callable[[bytes], None],
+        *,
+        request_timeout_ms: int = DEFAULTS.daemon.request_timeout_ms,
+        orchestrator_timeout_s: float = DEFAULTS.agent.orchestrator_timeout_s,
+        backstop_s: float = DEFAULTS.agent.request_backstop_s,
+    ) -> None:
+        """`request_timeout_ms`: of a request that names none; `backstop_s`: how long past a
+        request's limit we wait for the orchestrator's timeout answer (a vanished
+        orchestrator); `orchestrator_timeout_s`: for the orchestrator's own commands."""
         self.agent_name = agent_name
         self._send = send
+        self.request_timeout_ms = request_timeout_ms
+        self._orchestrator_timeout_s = orchestrator_timeout_s
+        self._backstop_s = backstop_s
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[wire.DelegateResult]] = {}
         self._calls: dict[str, asyncio.Future[wire.ControlReply]] = {}
@@ -69,7 +80,7 @@ class PeerClient:
         )
         try:
             self._send(frame)
-            return await asyncio.wait_for(future, timeout_ms / 1000 + _BACKSTOP_S)
+            return await asyncio.wait_for(future, timeout_ms / 1000 + self._backstop_s)
         except TimeoutError:
             raise RequestTimeout(
                 f"Agent request to '{target}' timed out after {timeout_ms}ms "
@@ -92,7 +103,7 @@ class PeerClient:
         )
         try:
             self._send(frame)
-            reply = await asyncio.wait_for(future, ORCHESTRATOR_TIMEOUT_S)
+            reply = await asyncio.wait_for(future, self._orchestrator_timeout_s)
         except TimeoutError:
             raise DelegateError(f"the orchestrator did not answer '{command}'") from None
         finally:
@@ -186,7 +197,7 @@ class TurnRuntime:
         instance_key: str | None,
         timeout_ms: int | None,
     ) -> DelegateReply:
-        timeout = timeout_ms or DEFAULT_TIMEOUT_MS
+        timeout = timeout_ms or self._peers.request_timeout_ms
         key = instance_key or self._instance_key
         me = self._peers.agent_name
         payload = wire.Delegate(

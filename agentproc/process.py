@@ -8,7 +8,7 @@ import shutil
 import sys
 import time
 from collections import OrderedDict
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import structlog
@@ -21,18 +21,10 @@ from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
 from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
 from goondan.paths import BadInstanceKey, StatePaths, StorageError
+from goondan.settings import DEFAULTS, Settings
 from ipc import wire, zmtp
 from ipc.credential import properties
 from ipc.dealer import Dealer
-
-HEARTBEAT_INTERVAL_S = 1.0
-CANCEL_WAIT_S = 2.0  # after the grace period: how long cancelled turns get to wind down
-FOLD_EVENTS_BYTES = 256 * 1024  # fold a conversation when its events file grows past this
-QUIET_S = 5.0  # sync (fsync) and unload an instance that has had no turn for this long
-# Instances kept loaded at most: each holds two open files, so a burst of new conversations
-# (faster than they go quiet) would otherwise run the process out of file descriptors.
-MAX_LOADED_INSTANCES = 256
-Durability = Literal["os", "fsync"]
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -73,14 +65,13 @@ class AgentProcess:
         paths: StatePaths,
         endpoint: str,
         credential: bytes | None = None,
-        durability: Durability = "os",
-        max_loaded_instances: int = MAX_LOADED_INSTANCES,
+        settings: Settings = DEFAULTS,
     ) -> None:
-        """`durability`: "os" writes each conversation event to the OS before going on (safe
-        from a process crash); "fsync" also fsyncs it, a new conversation's directory entries,
-        extension state and long-running tool records before going on (safe from power loss,
-        slower).
-        Past `max_loaded_instances`, the least recently used are synced and unloaded.
+        """`settings.storage.durability`: "os" writes each conversation event to the OS before
+        going on (safe from a process crash); "fsync" also fsyncs it, a new conversation's
+        directory entries, extension state and long-running tool records before going on (safe
+        from power loss, slower). Past `settings.agent.max_loaded_instances` (each instance
+        holds two open files), the least recently used are synced and unloaded.
         `endpoint` is the orchestrator's ROUTER (`ipc://`); `credential` is presented when
         connecting (the orchestrator admits only the processes it launched)."""
         self.definition = definition
@@ -96,15 +87,35 @@ class AgentProcess:
             on_disconnect=self._disconnected,
             properties=properties(credential),
         )
-        self.peers = PeerClient(self.name, self._send)
-        self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(self._run_job)
+        agent, storage = settings.agent, settings.storage
+        self.peers = PeerClient(
+            self.name,
+            self._send,
+            request_timeout_ms=settings.daemon.request_timeout_ms,
+            orchestrator_timeout_s=agent.orchestrator_timeout_s,
+            backstop_s=agent.request_backstop_s,
+        )
+        self.queues: InstanceQueues[Job | Settle | Drop] = InstanceQueues(
+            self._run_job, max_parked=agent.max_parked_workers
+        )
         self._instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first
-        self._max_loaded = max_loaded_instances
-        self.events = RuntimeEventLog(self._dirs.agent_dir(self.name))  # every instance's
+        self._max_loaded = agent.max_loaded_instances
+        self._inbox_limit = agent.inbox_limit
+        self._heartbeat_interval_s = agent.heartbeat_interval_s
+        self._cancel_wait_s = agent.cancel_wait_s
+        self._quiet_s = agent.quiet_s
+        self._fold_events_bytes = storage.fold_events_bytes
+        self.events = RuntimeEventLog(  # every instance's
+            self._dirs.agent_dir(self.name),
+            rotate_bytes=storage.runtime_events_rotate_bytes,
+            flush_after_s=storage.runtime_events_flush_after_s,
+            flush_slack_s=storage.runtime_events_flush_slack_s,
+            flush_count=storage.runtime_events_flush_count,
+        )
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
-        self.durability = durability
+        self.durability = storage.durability
         self._log_limit = LogLimit()  # for frames we drop: a flood must not flood the log
 
     # -- wire --------------------------------------------------------------------------------
@@ -246,6 +257,7 @@ class AgentProcess:
             workdir=self._dirs.workdir(key),
             fsync_events=self.durability == "fsync",
             events=self.events,
+            inbox_limit=self._inbox_limit,
         ).load()
         if len(self._instances) > self._max_loaded:
             self._unload_least_recent()
@@ -349,7 +361,7 @@ class AgentProcess:
         # was fsync'd before the loop went on. The fold only compacts (it rewrites the whole
         # conversation, three fsyncs with a new inode): it waits until the events grow large,
         # whatever the durability.
-        if conversation.events_bytes > FOLD_EVENTS_BYTES:
+        if conversation.events_bytes > self._fold_events_bytes:
             await asyncio.to_thread(conversation.fold)
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
@@ -417,7 +429,7 @@ class AgentProcess:
             self.log.warning("shutdown grace period over; stopping unfinished turns")
             self.queues.cancel_all()
             try:  # let the cancelled turns answer their tool calls and write their events
-                await asyncio.wait_for(self.queues.wait_idle(), CANCEL_WAIT_S)
+                await asyncio.wait_for(self.queues.wait_idle(), self._cancel_wait_s)
             except TimeoutError:
                 pass
         for instance in self._instances.values():
@@ -444,10 +456,10 @@ class AgentProcess:
         self._stop.set()
 
     async def _settle_quiet_instances(self) -> None:
-        """Sync and unload the instances that changed and then had no turn for QUIET_S."""
+        """Sync and unload the instances that changed and then had no turn for `quiet_s`."""
         while True:
-            await asyncio.sleep(QUIET_S / 2)
-            quiet_since = time.monotonic() - QUIET_S
+            await asyncio.sleep(self._quiet_s / 2)
+            quiet_since = time.monotonic() - self._quiet_s
             for key, instance in self._instances.items():
                 if (
                     instance.conversation.dirty
@@ -463,7 +475,7 @@ class AgentProcess:
         nothing)."""
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
         while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-            if time.monotonic() - self._last_sent < HEARTBEAT_INTERVAL_S:
+            await asyncio.sleep(self._heartbeat_interval_s)
+            if time.monotonic() - self._last_sent < self._heartbeat_interval_s:
                 continue
             self._send(frame)

@@ -12,7 +12,7 @@ Types: turn.started, turn.completed, turn.failed, step.started, step.completed, 
 tool.called, tool.completed, tool.failed (and tool.progress). Trace context follows
 OpenTelemetry's shape: `traceId` (32 hex) is kept across agents via IPC; `spanId` (16 hex)
 with `parentSpanId` forms turn -> step -> tool. `goondan logs` reads these files. A file past
-ROTATE_BYTES becomes `runtime-events.jsonl.1` (replacing the one before): an agent running for
+`rotate_bytes` becomes `runtime-events.jsonl.1` (replacing the one before): an agent running for
 months keeps at most two files of events. Deleting an instance leaves its events in the log.
 """
 
@@ -30,10 +30,10 @@ import msgspec
 import structlog
 
 from agentproc.files import open_append
+from goondan.settings import DEFAULTS
 
 EVENTS_FILE = "runtime-events.jsonl"
-ROTATED_FILE = EVENTS_FILE + ".1"  # the previous ROTATE_BYTES of events
-ROTATE_BYTES = 16 * 1024 * 1024
+ROTATED_FILE = EVENTS_FILE + ".1"  # the previous `rotate_bytes` of events
 DROP_WARN_S = 60.0  # at most one warning this often about events a full disk dropped
 
 
@@ -105,18 +105,28 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # FLUSH_EVENTS, before a tool runs (which may take the process down: the evidence is on disk
 # first), on a failure, and at close. Events are encoded when written, all at once (their data
 # is built for them and never changed).
-FLUSH_AFTER_S = 1.0
-FLUSH_SLACK_S = 0.1  # longer than a busy agent waits for its next turn
-FLUSH_EVENTS = 256
 _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 
 
 class RuntimeEventLog:
     """Appends an agent's events to its JSONL file (in `directory`), in batches."""
 
-    def __init__(self, directory: Path, *, rotate_bytes: int = ROTATE_BYTES) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        rotate_bytes: int = DEFAULTS.storage.runtime_events_rotate_bytes,
+        flush_after_s: float = DEFAULTS.storage.runtime_events_flush_after_s,
+        flush_slack_s: float = DEFAULTS.storage.runtime_events_flush_slack_s,
+        flush_count: int = DEFAULTS.storage.runtime_events_flush_count,
+    ) -> None:
+        """`flush_after_s`, `flush_slack_s`, `flush_count`: when a batch is written (above);
+        past `rotate_bytes` the file is rotated."""
         self.path = directory / EVENTS_FILE
         self._rotate_bytes = rotate_bytes
+        self._flush_after_s = flush_after_s
+        self._flush_slack_s = flush_slack_s  # longer than a busy agent waits for its next turn
+        self._flush_count = flush_count
         self._size = 0  # of the file behind _fd
         self._fd: int | None = None
         self._held: list[RuntimeEvent] = []
@@ -127,7 +137,7 @@ class RuntimeEventLog:
 
     def emit(self, event: RuntimeEvent) -> None:
         self._held.append(event)
-        if event.type in _WRITE_NOW or len(self._held) >= FLUSH_EVENTS:
+        if event.type in _WRITE_NOW or len(self._held) >= self._flush_count:
             self.flush()
         elif self._timer is None:
             try:
@@ -135,9 +145,9 @@ class RuntimeEventLog:
             except RuntimeError:  # no loop to come back later: write now
                 self.flush()
                 return
-            delay = FLUSH_AFTER_S * random.uniform(0.5, 1.0)
+            delay = self._flush_after_s * random.uniform(0.5, 1.0)
             self.due = time.monotonic() + delay
-            self._timer = loop.call_later(delay + FLUSH_SLACK_S, self.flush)
+            self._timer = loop.call_later(delay + self._flush_slack_s, self.flush)
 
     def write_if_due(self) -> None:
         """Write the held batch if it is due (called after a turn has answered)."""

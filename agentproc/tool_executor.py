@@ -6,7 +6,7 @@ the turn goes on. Sync handlers run in a thread pool of their own, async ones on
 
 A thread cannot be stopped: a sync call that times out runs on in its thread (and may keep a
 core busy). Until it returns, further calls of that tool are refused (`E_TOOL_STILL_RUNNING`),
-so one stuck tool holds one thread, not one per call; past MAX_ABANDONED_THREADS such threads,
+so one stuck tool holds one thread, not one per call; past `max_abandoned` such threads,
 every sync tool is refused, so the pool always has threads for the ones that work.
 """
 
@@ -29,12 +29,12 @@ from agentproc.deadlines import Deadlines
 from agentproc.messages import ToolCall
 from agentproc.tool_args import ArgumentsError, parse_arguments, problems, summarize
 from agentproc.tool_registry import ToolEntry, ToolRegistry
+from goondan.settings import DEFAULTS
 from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolResult
 
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000
-DEFAULT_TOOL_TIMEOUT_MS = 900_000  # 15 min: above the longest base tool limit (bash, 10 min)
-TOOL_THREADS = 64  # sync handlers at once; a timed-out one keeps its thread until it returns
-MAX_ABANDONED_THREADS = 8  # timed-out sync calls still running, past which sync tools wait
+# Above the longest base tool limit (bash, 10 min); `AgentDefinition` takes its default here.
+DEFAULT_TOOL_TIMEOUT_MS = DEFAULTS.agent.tool_timeout_ms
 _TRUNCATION_SUFFIX = "... (truncated)"
 _encoder = msgspec.json.Encoder()
 
@@ -70,9 +70,12 @@ class ToolExecutor:
         registry: ToolRegistry,
         *,
         default_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS,
-        threads: int = TOOL_THREADS,
-        max_abandoned: int = MAX_ABANDONED_THREADS,
+        threads: int = DEFAULTS.agent.tool_threads,
+        max_abandoned: int = DEFAULTS.agent.max_abandoned_threads,
     ) -> None:
+        """`threads`: sync handlers at once (a timed-out one keeps its thread until it
+        returns); `max_abandoned`: timed-out sync calls still running, past which sync tools
+        wait."""
         self.registry = registry
         self.default_timeout_ms = default_timeout_ms
         self._pool: ThreadPoolExecutor | None = None

@@ -27,7 +27,7 @@ Whoever can open the socket file may connect, so what a peer can take is bounded
   closed at once), and out of descriptors accepting pauses instead of failing;
 - the bytes of messages not yet complete, across all connections, stay within a budget (the
   connection whose read passes it is dropped).
-Each of these is reported to `on_peer_error`, at most once per REPORT_INTERVAL_S for each kind,
+Each of these is reported to `on_peer_error`, at most once per `report_interval_s` for each kind,
 so a flood is one line.
 """
 
@@ -42,23 +42,80 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import Annotated, cast
+
+import msgspec
 
 from ipc import zmtp
 
 Frames = list[bytes]
-BACKLOG = 1024  # connections waiting to be accepted: 200 agents may start at once
-HANDSHAKE_TIMEOUT_S = 5.0  # our peers send their READY as they connect; 5 s is a stalled peer
-MAX_HANDSHAKING = 64  # connections in their handshake at once; past it the oldest makes room
-HANDSHAKE_GRACE_S = 0.25  # before which a connection is never pushed out (a busy agent's READY)
-FD_RESERVE = 64  # descriptors no connection may take: journal, logs, children's pipes, listeners
-DEFAULT_FD_SHARE = 0.75  # of the rest for one socket: the daemon's control.sock has the last 1/4
-MAX_BUFFERED_BYTES = 2 * zmtp.MAX_READ_BYTES  # incomplete messages, all connections together:
-# two of the largest at once, which a whole swarm rarely sends, and no attacker can pass
-PONG_UNREAD_LIMIT = 64 * 1024  # bytes a peer left unread past which its PINGs go unanswered
-ACCEPT_PAUSE_S = 0.5  # out of descriptors: try again after this, serving what we have meanwhile
-ACCEPT_BATCH = 128  # connections accepted per wake-up, so a flood cannot starve the loop
-REPORT_INTERVAL_S = 10.0  # one report per kind of limit per interval: a flood is one log line
+
+
+def _doc(text: str) -> msgspec.Meta:
+    return msgspec.Meta(description=text)
+
+
+class RouterLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What a router's peers may take, and how it reports refusals. The daemon's come from
+    `goondan.settings.Settings.ipc`; the defaults suit a swarm of a few hundred agents."""
+
+    backlog: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc("connections waiting to be accepted (many agents may start at once)"),
+    ] = 1024
+    handshake_timeout_s: Annotated[
+        float,
+        msgspec.Meta(gt=0),
+        _doc("a connection must finish its ZMTP handshake within this, or it is dropped"),
+    ] = 5.0
+    max_handshaking: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc("connections in their handshake at once; past it, the oldest makes room"),
+    ] = 64
+    handshake_grace_s: Annotated[
+        float,
+        msgspec.Meta(ge=0),
+        _doc("a connection in its handshake is never pushed out before this (a busy agent)"),
+    ] = 0.25
+    fd_reserve: Annotated[
+        int,
+        msgspec.Meta(ge=0),
+        _doc("open files no connection may take: the journal, logs, children's pipes, listeners"),
+    ] = 64
+    max_buffered_bytes: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc(
+            "bytes of incomplete messages over all connections; the connection whose read "
+            "passes it is dropped (two of the largest messages fit)"
+        ),
+    ] = 2 * zmtp.MAX_READ_BYTES
+    pong_unread_bytes: Annotated[
+        int,
+        msgspec.Meta(ge=0),
+        _doc("a peer that left this many bytes unread gets no answer to its PINGs"),
+    ] = 64 * 1024
+    accept_pause_s: Annotated[
+        float,
+        msgspec.Meta(gt=0),
+        _doc("out of open files, accepting pauses this long (connected peers are served)"),
+    ] = 0.5
+    accept_batch: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc("connections accepted per wake-up, so a flood cannot starve the event loop"),
+    ] = 128
+    report_interval_s: Annotated[
+        float,
+        msgspec.Meta(gt=0),
+        _doc("each kind of refusal is logged at most once per this, with how many there were"),
+    ] = 10.0
+
+
+DEFAULT_LIMITS = RouterLimits()
+DEFAULT_FD_SHARE = 0.75  # of the open files, for a router not given a cap of its own
 
 
 class Unroutable(Exception):
@@ -69,12 +126,12 @@ Admit = Callable[[bytes, dict[bytes, bytes]], str | None]
 """`admit(identity, properties)` sees a peer's READY: None lets it in, a reason refuses it."""
 
 
-def connection_cap(share: float = DEFAULT_FD_SHARE) -> int:
-    """`share` of the descriptors this process may open, past FD_RESERVE: how many connections
-    one socket may hold (read when it starts, after the daemon raised its limit)."""
+def connection_cap(share: float, reserve: int = DEFAULT_LIMITS.fd_reserve) -> int:
+    """`share` of the descriptors this process may open, past `reserve`: how many connections
+    one socket may hold (read after the daemon raised its limit)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     limit = 1 << 20 if soft == resource.RLIM_INFINITY else soft
-    return max(1, int((limit - FD_RESERVE) * share))
+    return max(1, int((limit - reserve) * share))
 
 
 class RouterSocket:
@@ -86,8 +143,8 @@ class RouterSocket:
     when a limit refuses or drops connections. With `admit`, a peer is routable (and may take
     over an identity) only once admitted.
 
-    Limits (the module's constants by default): `max_connections` open at once (None:
-    `connection_cap()` when started), `max_handshaking` of them before their READY, each for at
+    Limits (`RouterLimits`): `max_connections` open at once (None: `connection_cap()` of
+    DEFAULT_FD_SHARE when started), `max_handshaking` of them before their READY, each for at
     most `handshake_timeout_s`, and `max_buffered_bytes` of incomplete messages in all."""
 
     def __init__(
@@ -98,9 +155,7 @@ class RouterSocket:
         on_peer_error: Callable[[bytes | None, str], None] | None = None,
         admit: Admit | None = None,
         max_connections: int | None = None,
-        max_handshaking: int = MAX_HANDSHAKING,
-        handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S,
-        max_buffered_bytes: int = MAX_BUFFERED_BYTES,
+        limits: RouterLimits = DEFAULT_LIMITS,
     ) -> None:
         if not endpoint.startswith("ipc://"):
             raise ValueError(f"the router binds an ipc:// endpoint, not {endpoint!r}")
@@ -109,9 +164,12 @@ class RouterSocket:
         self._on_peer_error = on_peer_error
         self._admit = admit
         self._max_connections = max_connections
-        self._max_handshaking = max_handshaking
-        self._handshake_timeout_s = handshake_timeout_s
-        self._max_buffered = max_buffered_bytes
+        self._limits = limits
+        self._max_handshaking = limits.max_handshaking
+        self._handshake_timeout_s = limits.handshake_timeout_s
+        self._handshake_grace_s = limits.handshake_grace_s
+        self._max_buffered = limits.max_buffered_bytes
+        self._pong_unread_bytes = limits.pong_unread_bytes
         self._peers: dict[bytes, _Peer] = {}  # by identity, once their handshake is done
         self._connections: set[_Peer] = set()  # every open one, handshake done or not
         self._handshaking: dict[_Peer, asyncio.TimerHandle] = {}  # oldest first, with deadlines
@@ -119,19 +177,21 @@ class RouterSocket:
         self._attaching: set[asyncio.Task[None]] = set()  # keeps those tasks alive
         self._buffered = 0  # bytes of incomplete messages, all connections together
         self._to_flush: list[_Peer] = []  # peers with messages in their outbox
-        self._reports = _Reports(self._refused)
+        self._reports = _Reports(self._refused, limits.report_interval_s)
         self._listening = False  # the loop watches our socket for connections
         self._resume: asyncio.TimerHandle | None = None  # while accepting is paused
         self._waiting_for_room = False  # paused until a handshake ends
         self._loop: asyncio.AbstractEventLoop  # set by `start`, before any peer can connect
         self._closed = False
-        self._sock = _bind(self.path)  # connections wait in the backlog until `start`
+        self._sock = _bind(
+            self.path, limits.backlog
+        )  # connections wait in the backlog until `start`
 
     def start(self) -> None:
         # kept: CPython 3.11's get_running_loop() makes a getpid() system call each time
         self._loop = asyncio.get_running_loop()
         if self._max_connections is None:
-            self._max_connections = connection_cap()
+            self._max_connections = connection_cap(DEFAULT_FD_SHARE, self._limits.fd_reserve)
         self._resume_accepting()
 
     def send(self, frames: Frames) -> None:
@@ -193,7 +253,7 @@ class RouterSocket:
         """Accept what waits in the backlog, within the limits; the loop calls us again while
         more waits (the listening socket stays readable)."""
         assert self._max_connections is not None  # set by `start`
-        for _ in range(ACCEPT_BATCH):
+        for _ in range(self._limits.accept_batch):
             if self._accepting >= self._max_handshaking:
                 return  # the rest wait in the backlog until these are connected
             try:
@@ -205,12 +265,12 @@ class RouterSocket:
                     continue
                 # Out of descriptors (or kernel memory): serve what we have, and try again
                 # later rather than spin on the error.
-                self._pause_accepting(ACCEPT_PAUSE_S)
+                self._pause_accepting(self._limits.accept_pause_s)
                 self._reports.tell(
                     "accept",
                     None,
                     f"cannot accept a connection ({exc.strerror or exc}): new connections "
-                    f"wait, retried every {ACCEPT_PAUSE_S:g} s",
+                    f"wait, retried every {self._limits.accept_pause_s:g} s",
                 )
                 return
             if self.connections >= self._max_connections:
@@ -257,14 +317,14 @@ class RouterSocket:
             self._loop.add_reader(self._sock.fileno(), self._accept)
 
     def _push_out_oldest_handshaking(self) -> float:
-        """Drop the oldest connection still in its handshake, if it had HANDSHAKE_GRACE_S to
+        """Drop the oldest connection still in its handshake, if it had `handshake_grace_s` to
         send its READY; else how long until it has had them."""
         if not self._handshaking:  # all still being attached
-            return HANDSHAKE_GRACE_S
+            return self._handshake_grace_s
         oldest, deadline = next(iter(self._handshaking.items()))
         waited = self._loop.time() - (deadline.when() - self._handshake_timeout_s)
-        if waited < HANDSHAKE_GRACE_S:
-            return HANDSHAKE_GRACE_S - waited
+        if waited < self._handshake_grace_s:
+            return self._handshake_grace_s - waited
         self._reports.tell(
             "handshaking",
             None,
@@ -340,10 +400,11 @@ class RouterSocket:
 
 
 class _Reports:
-    """Reports of one kind at most once per REPORT_INTERVAL_S, with how many there were."""
+    """Reports of one kind at most once per `interval_s`, with how many there were."""
 
-    def __init__(self, report: Callable[[bytes | None, str], None]) -> None:
+    def __init__(self, report: Callable[[bytes | None, str], None], interval_s: float) -> None:
         self._report = report
+        self._interval_s = interval_s
         self._last: dict[str, float] = {}  # kind: when it was last reported
         self._count: dict[str, int] = {}  # kind: how many since
 
@@ -351,7 +412,7 @@ class _Reports:
         count = self._count[kind] = self._count.get(kind, 0) + 1
         now = time.monotonic()
         last = self._last.get(kind)
-        if last is not None and now - last < REPORT_INTERVAL_S:
+        if last is not None and now - last < self._interval_s:
             return
         self._last[kind] = now
         del self._count[kind]
@@ -360,7 +421,7 @@ class _Reports:
         self._report(identity, text)
 
 
-def _bind(path: Path) -> socket.socket:
+def _bind(path: Path, backlog: int) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path.unlink(missing_ok=True)  # a stale socket file from a dead daemon
     old_umask = os.umask(0o177)  # the socket file is created 0600
@@ -371,7 +432,7 @@ def _bind(path: Path) -> socket.socket:
         raise
     finally:
         os.umask(old_umask)
-    sock.listen(BACKLOG)
+    sock.listen(backlog)
     sock.setblocking(False)
     return sock
 
@@ -449,7 +510,7 @@ class _Peer(asyncio.Protocol):
         elif name == b"PING":
             # A peer that does not read what we write needs no PONG: else a flood of PINGs
             # would grow our write buffer without end.
-            if self.transport.get_write_buffer_size() < PONG_UNREAD_LIMIT:
+            if self.transport.get_write_buffer_size() < self._router._pong_unread_bytes:
                 self.transport.write(zmtp.pong(data))
         elif name == b"ERROR":
             raise zmtp.refusal(data)

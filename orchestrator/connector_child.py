@@ -37,11 +37,11 @@ from goondan.connectors import (
 from goondan.hardening import forbid_inspection
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
+from goondan.settings import DEFAULTS, Settings
 from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import Dealer, send_once
 
-HEARTBEAT_INTERVAL_S = 1.0
 SIGTERM_GRACE_MS = 5_000
 MAIN_SHARE_OF_GRACE = 0.75  # the rest is for cancelling main, acking and closing
 EXIT_OK, EXIT_CRASHED, EXIT_START_ERROR = 0, 1, 3
@@ -54,6 +54,7 @@ class ConnectorProcess:
         main: ConnectorMain,
         endpoint: str,
         credential: bytes | None = None,
+        settings: Settings = DEFAULTS,
     ):
         self.ctx = ConnectorContext(
             connection_name=setup.connection,
@@ -73,6 +74,7 @@ class ConnectorProcess:
         )
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
+        self._heartbeat_interval_s = settings.agent.heartbeat_interval_s
 
     def send(self, frame: bytes) -> None:
         self.channel.send([frame])
@@ -154,7 +156,7 @@ class ConnectorProcess:
     async def _heartbeat(self) -> None:
         frame = wire.encode(wire.HEARTBEAT, self.ctx.identity, wire.ORCHESTRATOR)
         while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            await asyncio.sleep(self._heartbeat_interval_s)
             self.send(frame)
 
     async def _close(self) -> None:
@@ -171,6 +173,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--state-root", required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
     parser.add_argument("--credential-fd", type=int)
+    parser.add_argument("--settings", help="settings that differ from the defaults (JSON)")
     return parser.parse_args(argv)
 
 
@@ -193,7 +196,8 @@ async def _serve(
             properties=properties(credential),
         )
         return EXIT_START_ERROR
-    process = ConnectorProcess(setup, main, args.endpoint, credential)
+    settings = Settings.from_argv(args.settings)
+    process = ConnectorProcess(setup, main, args.endpoint, credential, settings)
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, process.request_stop)
     return await process.run()
 

@@ -24,39 +24,29 @@ import structlog
 from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
 from goondan.hardening import forbid_inspection
 from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
+from goondan.settings import DEFAULTS, Settings
 from ipc import wire
 from ipc.endpoints import ensure_private_dir, ipc_endpoint
-from ipc.router_socket import DEFAULT_FD_SHARE, RouterSocket, Unroutable, connection_cap
+from ipc.router_socket import RouterSocket, Unroutable, connection_cap
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
-from orchestrator.launcher import (
-    AGENT_NICE,
-    ConnectorLauncher,
-    Launcher,
-    LauncherKind,
-    LaunchSpec,
-    make_launcher,
-)
+from orchestrator.launcher import ConnectorLauncher, Launcher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
 from orchestrator.reload import agent_fingerprints, connection_fingerprints
 from orchestrator.router import Pending, Requester, Router
-from orchestrator.supervisor import HANG_TIMEOUT_S, Exit, Supervisor, kind_of
+from orchestrator.supervisor import Exit, Supervisor, kind_of
 from orchestrator.systemd import Notifier
 from orchestrator.throttled_log import ThrottledLog
 from orchestrator.trust import PEER_KEY_FILE, SENDS, Admitted, Refused, admit, write_peer_key
 from orchestrator.watch import watch
 
-DEFAULT_INPUT_TIMEOUT_MS = 600_000  # a CLI input may run a long turn
 # A journaled input delivered again after a restart that fails with one of these is delivered
 # once more later: a disk with room again, or an agent that no longer crashes, may answer it.
 REPLAY_AGAIN_ON = frozenset(
     {"E_STORAGE", "E_AGENT_CRASHED", "E_AGENT_STOPPED", "AGENT_REQUEST_TIMEOUT"}
 )
-REPLAY_MAX_TRIES = 5  # for a crash or a timeout: an input that crashes its agent is given up
-REPLAY_BACKOFF_S = 1.0  # doubled at each try, up to REPLAY_BACKOFF_MAX_S
-REPLAY_BACKOFF_MAX_S = 60.0
 
 
 class OrchestratorInfo(msgspec.Struct, frozen=True, rename="camel"):
@@ -75,10 +65,8 @@ class Daemon:
         bundle: Bundle,
         swarm_name: str | None,
         paths: StatePaths,
-        launcher: LauncherKind = "zygote",
-        hang_timeout_s: float = HANG_TIMEOUT_S,
+        settings: Settings = DEFAULTS,
         watch: bool = False,
-        agent_nice: int = AGENT_NICE,
     ) -> None:
         self.bundle = bundle
         self.swarm = bundle.select_swarm(swarm_name)
@@ -86,9 +74,7 @@ class Daemon:
         self.agent_names = list(bundle.swarm_agents(self.swarm))
         self.entry_agent = bundle.entry_agent(self.swarm)
         self.grace_s = float(self.swarm.spec.policy.shutdown.grace_period_seconds)
-        self._launcher_kind = launcher
-        self._hang_timeout_s = hang_timeout_s
-        self._agent_nice = agent_nice
+        self.settings = settings
         self._watch = watch
         self._stop = asyncio.Event()
         self._local_ids = itertools.count(1)
@@ -129,23 +115,27 @@ class Daemon:
         agents_endpoint = ipc_endpoint(self.paths.agents_socket)
         control_endpoint = ipc_endpoint(self.paths.control_socket)
         self._peer_key = write_peer_key(self.paths.run_dir / PEER_KEY_FILE)
+        control_share = self.settings.daemon.control_connection_share
         self.agents = RouterSocket(
             agents_endpoint,
             self._on_agent_frames,
             on_peer_error=self._agent_socket_error,
             admit=self._admit,
+            max_connections=connection_cap(1 - control_share, self.settings.ipc.fd_reserve),
+            limits=self.settings.ipc,
         )
         # Ours too, not libzmq's: at the open-file limit libzmq's listener aborts the process.
         self.control = RouterSocket(
             control_endpoint,
             self._on_control_frames,
             on_peer_error=self._control_socket_error,
-            max_connections=connection_cap(1 - DEFAULT_FD_SHARE),
+            max_connections=connection_cap(control_share, self.settings.ipc.fd_reserve),
+            limits=self.settings.ipc,
         )
         launch_spec = LaunchSpec(
-            self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root, self._agent_nice
+            self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root, self.settings
         )
-        self.launcher: Launcher = make_launcher(self._launcher_kind, launch_spec)
+        self.launcher: Launcher = make_launcher(self.settings.daemon.spawn, launch_spec)
         connections = swarm_connections(self.bundle, self.swarm)
         self.supervisor = Supervisor(
             [*self.agent_names, *connections],
@@ -157,7 +147,7 @@ class Daemon:
             },
             on_ready=self._agent_ready,
             on_exit=self._agent_exited,
-            hang_timeout_s=self._hang_timeout_s,
+            settings=self.settings.daemon,
         )
         self.router = Router(
             set(self.agent_names),
@@ -165,8 +155,11 @@ class Daemon:
             self,
             self.supervisor.ensure_running,
             on_settled=self._settled,
+            settings=self.settings.daemon,
         )
-        self.journal = Journal(self.paths.journal_file)
+        self.journal = Journal(
+            self.paths.journal_file, compact_bytes=self.settings.storage.journal_compact_bytes
+        )
         self.instances = InstanceRegistry()
         self.connections = Connections(
             connections, self.entry_agent, self.router, self.journal, self._send_to_peer
@@ -207,7 +200,13 @@ class Daemon:
         self.notifier.start_watchdog()
         _freeze_long_lived()
         if self._watch:
-            loop.create_task(watch(self.bundle.root, self._on_bundle_change))
+            loop.create_task(
+                watch(
+                    self.bundle.root,
+                    self._on_bundle_change,
+                    self.settings.daemon.watch_interval_s,
+                )
+            )
 
     def _redeliver_journal(self) -> None:
         """Inputs accepted by an earlier run that never got their answer: deliver them again."""
@@ -240,8 +239,9 @@ class Daemon:
         code = result.error.code if result.error is not None else None
         if code in REPLAY_AGAIN_ON:
             tries = self._replay_tries[request_id] = self._replay_tries.get(request_id, 0) + 1
-            if code == "E_STORAGE" or tries < REPLAY_MAX_TRIES:
-                delay = min(REPLAY_BACKOFF_S * 2 ** (tries - 1), REPLAY_BACKOFF_MAX_S)
+            replay = self.settings.daemon
+            if code == "E_STORAGE" or tries < replay.replay_max_tries:
+                delay = min(replay.replay_backoff_s * 2 ** (tries - 1), replay.replay_backoff_max_s)
                 self._log.warning(
                     "journaled input failed; delivering it again",
                     requestId=request_id,
@@ -276,7 +276,7 @@ class Daemon:
             input=one_input,
             instance_key="cli",
             source=wire.Source("cli", "run"),
-            timeout_ms=DEFAULT_INPUT_TIMEOUT_MS,
+            timeout_ms=self.settings.daemon.input_timeout_ms,
         )
         self.input_trace_id = secrets.token_hex(16)
         ask = asyncio.ensure_future(self.ask(self.entry_agent, payload, self.input_trace_id))
@@ -724,6 +724,7 @@ class Daemon:
                 workdir=bool(args.get("workdir")),
                 running_agents=running,
                 calls=self.agent_calls,
+                timeout_s=self.settings.daemon.instance_drop_timeout_s,
             )
             if found:
                 deleted.append(f"{swarm}/{storage_name(key)}")

@@ -73,9 +73,6 @@ class InstanceRegistry:
         return wire.ControlReply(False, error=error)
 
 
-DROP_TIMEOUT_S = 30.0  # a delete waits this long for an agent to finish the instance's turn
-
-
 async def delete_instance(
     paths: StatePaths,
     swarm: str,
@@ -84,14 +81,14 @@ async def delete_instance(
     workdir: bool,
     running_agents: list[str],
     calls: AgentCalls,
+    timeout_s: float,
 ) -> bool:
     """Delete instance `key` of `swarm` while the daemon runs: every running agent drops it
     from memory and removes its own files (after a turn of it that is running), then the rest
-    is removed. Raises CommandError when an agent could not; False when nothing was there."""
+    is removed; each agent has `timeout_s` for it. Raises CommandError when an agent could
+    not; False when nothing was there."""
     drop = wire.Control("instance.drop", {"instanceKey": key})
-    replies = await asyncio.gather(
-        *(calls.call(name, drop, DROP_TIMEOUT_S) for name in running_agents)
-    )
+    replies = await asyncio.gather(*(calls.call(name, drop, timeout_s) for name in running_agents))
     failed = [
         f"{name}: {reply.error.message if reply.error else 'failed'}"
         for name, reply in zip(running_agents, replies, strict=True)

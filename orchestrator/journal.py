@@ -21,6 +21,7 @@ from typing import Literal
 import msgspec
 
 from goondan.paths import StorageError
+from goondan.settings import DEFAULTS
 
 
 class Entry(msgspec.Struct, frozen=True):
@@ -33,12 +34,13 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(Entry)
 
 
-COMPACT_BYTES = 8 * 1024 * 1024
-
-
 class Journal:
     def __init__(
-        self, path: Path, *, fsync: bool = True, compact_bytes: int = COMPACT_BYTES
+        self,
+        path: Path,
+        *,
+        fsync: bool = True,
+        compact_bytes: int = DEFAULTS.storage.journal_compact_bytes,
     ) -> None:
         self.path = path
         self._fsync = fsync

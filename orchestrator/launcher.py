@@ -24,20 +24,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import msgspec
 import structlog
 
-LauncherKind = Literal["zygote", "subprocess"]
-
-# Agents run this much lower in scheduling priority (a nice increment) than the daemon. When
-# agents keep the CPUs busy, the router, heartbeats and the control socket then get their turn
-# sooner: fewer waves of the scale figure ended with every answer in their last milliseconds,
-# and its p99 was lower in 8 of 8 paired runs against 0. Small on purpose: at +10 the router
-# preempted the agents so often that their turns ran colder and the busiest moments got
-# slower (README, Benchmarks).
-AGENT_NICE = 3
+from goondan.settings import LauncherKind, Settings
 
 
 class LaunchSpec(msgspec.Struct, frozen=True):
@@ -47,7 +39,7 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     swarm: str
     endpoint: str
     state_root: Path
-    agent_nice: int  # see AGENT_NICE
+    settings: Settings  # the agent's nice increment, and what differs from the defaults
 
     def argv(self, agent: str, parent_pid: int) -> list[str]:
         return [
@@ -57,7 +49,8 @@ class LaunchSpec(msgspec.Struct, frozen=True):
             "--endpoint", self.endpoint,
             "--state-root", str(self.state_root),
             "--parent-pid", str(parent_pid),
-            "--nice", str(self.agent_nice),
+            "--nice", str(self.settings.daemon.agent_nice),
+            *self.settings.to_argv(),
         ]  # fmt: skip
 
 
@@ -142,6 +135,7 @@ class ConnectorLauncher:
                 "--state-root", str(self.spec.state_root),
                 "--parent-pid", str(os.getpid()),
                 "--credential-fd", str(fd),
+                *self.spec.settings.to_argv(),
             ]  # fmt: skip
             process = await asyncio.create_subprocess_exec(
                 sys.executable,

@@ -21,13 +21,12 @@ from typing import Literal, Protocol
 import msgspec
 import structlog
 
+from goondan.settings import DEFAULTS, DaemonSettings
 from ipc import wire, zmtp
 from orchestrator.throttled_log import ThrottledLog
 from orchestrator.timeouts import Timeouts
 
 Channel = Literal["agent", "control", "local", "replay", "connector"]
-DEFAULT_TIMEOUT_MS = 60_000
-MAX_DELIVERIES = 2  # the first delivery and one redelivery after a crash
 
 
 class Requester(msgspec.Struct, frozen=True):
@@ -65,7 +64,7 @@ class Pending:
         self.frame = frame
         self.deliveries = 0
         self.delivered = False  # handed to a running process (not waiting in the inbox)
-        self.timeout_ms = DEFAULT_TIMEOUT_MS
+        self.timeout_ms = 0  # set by `Router.delegate`
         self.trace_id = trace_id
 
 
@@ -77,13 +76,17 @@ class Router:
         outbox: Outbox,
         start_agent: Callable[[str], None],
         on_settled: Callable[[Pending], None] | None = None,
+        settings: DaemonSettings = DEFAULTS.daemon,
     ) -> None:
-        """`on_settled(pending)` is told when a request got its one answer (the journal)."""
+        """`on_settled(pending)` is told when a request got its one answer (the journal).
+        `settings`: the default time limit of a request, and how often one is delivered."""
         self.agents = agents
         self.entry_agent = entry_agent
         self._outbox = outbox
         self._start_agent = start_agent
         self._on_settled = on_settled
+        self._request_timeout_ms = settings.request_timeout_ms
+        self._max_deliveries = settings.max_deliveries
         # Ids are unique across restarts (the journal replays requests under their old id).
         self._boot = secrets.token_hex(3)
         self._ids = itertools.count(1)
@@ -141,7 +144,7 @@ class Router:
             self._answer_error(requester, target, "MESSAGE_TOO_LARGE", str(exc), env.trace_id)
             return None
         pending = Pending(oid, requester, target, frame, env.trace_id)
-        pending.timeout_ms = routing.timeout_ms or DEFAULT_TIMEOUT_MS
+        pending.timeout_ms = routing.timeout_ms or self._request_timeout_ms
         self._timeouts.add(pending, pending.timeout_ms / 1000, len(self.pending))
         self.pending[oid] = pending
         self._by_target[target][oid] = None
@@ -244,7 +247,7 @@ class Router:
             if not pending.delivered:
                 continue  # never delivered: it simply waits for the next process
             pending.delivered = False
-            if pending.deliveries < MAX_DELIVERIES:
+            if pending.deliveries < self._max_deliveries:
                 pending.deliveries += 1
                 redeliver.append((pending.frame, pending))
             else:

@@ -21,24 +21,21 @@ from typing import Literal
 import msgspec
 import structlog
 
+from goondan.settings import DEFAULTS, DaemonSettings
 from ipc.credential import new_credential
 from orchestrator.launcher import ChildProcess, Launcher
 
 Status = Literal[
     "spawning", "idle", "processing", "draining", "terminated", "crashed", "crashLoopBackOff"
 ]
-CRASH_THRESHOLD = 5
-BACKOFF_INITIAL_S = 1.0
-BACKOFF_MAX_S = 300.0
-HANG_TIMEOUT_S = 15.0  # no heartbeat for this long (agents beat every second): kill, respawn
 
 
-def crash_backoff(consecutive_crashes: int) -> float:
+def crash_backoff(consecutive_crashes: int, settings: DaemonSettings) -> float:
     """Seconds to wait before respawning after the n-th crash in a row (0 = at once)."""
-    if consecutive_crashes <= CRASH_THRESHOLD:
+    if consecutive_crashes <= settings.crash_threshold:
         return 0.0
-    exponent = consecutive_crashes - CRASH_THRESHOLD - 1
-    return min(BACKOFF_INITIAL_S * 2.0**exponent, BACKOFF_MAX_S)
+    exponent = consecutive_crashes - settings.crash_threshold - 1
+    return min(settings.crash_backoff_initial_s * 2.0**exponent, settings.crash_backoff_max_s)
 
 
 class Exit(msgspec.Struct, frozen=True):
@@ -101,11 +98,13 @@ class Supervisor:
         *,
         on_ready: Callable[[str], None],
         on_exit: Callable[[Exit], None],
-        hang_timeout_s: float = HANG_TIMEOUT_S,
+        settings: DaemonSettings = DEFAULTS.daemon,
     ) -> None:
-        """`on_exit(exit)` lets the router redeliver or fail the agent's requests."""
+        """`on_exit(exit)` lets the router redeliver or fail the agent's requests. `settings`:
+        the hang timeout and the crash back-off."""
         self.slots = {name: Slot(name) for name in agents}
-        self.hang_timeout_s = hang_timeout_s
+        self.settings = settings
+        self.hang_timeout_s = settings.hang_timeout_s
         self._watchdog: asyncio.Task[None] | None = None
         self._launchers = launchers
         self._on_ready = on_ready
@@ -229,7 +228,7 @@ class Supervisor:
             slot.consecutive_crashes += 1
             if not was_ready:
                 slot.startup_crashes += 1
-            delay = crash_backoff(slot.consecutive_crashes)
+            delay = crash_backoff(slot.consecutive_crashes, self.settings)
             slot.status = "crashLoopBackOff" if delay else "crashed"
             self._log.warning(
                 "agent process crashed",
@@ -257,7 +256,7 @@ class Supervisor:
     def respawn(self, name: str) -> None:
         """Start again after a crash, at once or after the crash-loop back-off."""
         slot = self.slots[name]
-        delay = crash_backoff(slot.consecutive_crashes)
+        delay = crash_backoff(slot.consecutive_crashes, self.settings)
         if delay == 0:
             slot.restarts += 1
             self.ensure_running(name)

@@ -11,7 +11,6 @@ import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-POLL_INTERVAL_S = 1.0
 _SKIP = {"__pycache__", "node_modules", "dist", ".git", ".venv", "venv"}
 
 
@@ -30,9 +29,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return files
 
 
-async def watch(
-    root: Path, on_change: Callable[[], Awaitable[object]], interval_s: float = POLL_INTERVAL_S
-) -> None:
+async def watch(root: Path, on_change: Callable[[], Awaitable[object]], interval_s: float) -> None:
     before = snapshot(root)
     while True:
         await asyncio.sleep(interval_s)

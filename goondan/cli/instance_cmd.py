@@ -12,7 +12,7 @@ from typing import Any
 from agentproc.conversation import read_messages
 from goondan.cli.client import ControlClient, daemon_running
 from goondan.paths import BadInstanceKey, StatePaths, key_of, storage_name
-from orchestrator.instances import DROP_TIMEOUT_S
+from goondan.settings import DEFAULTS
 
 
 def run_instance(args: argparse.Namespace) -> int:
@@ -71,7 +71,7 @@ def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
             reply = client.command(
                 "instance.delete",
                 {"instanceKey": args.key, "swarm": args.swarm, "workdir": args.workdir},
-                timeout_s=DROP_TIMEOUT_S + 5,
+                timeout_s=DEFAULTS.daemon.instance_drop_timeout_s + 5,
             )
         if not reply.ok:
             error = reply.error

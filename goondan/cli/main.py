@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from orchestrator.launcher import AGENT_NICE
+from goondan.settings import DEFAULTS
 
 DESCRIPTION = """\
 Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ between them.
@@ -69,14 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--spawn",
         choices=("zygote", "subprocess"),
-        default="zygote",
+        default=DEFAULTS.daemon.spawn,
         help="how agent processes start: forked from a preloaded template process (fast, "
         "the default) or as fresh interpreters (simplest to debug)",
     )
     p.add_argument(
         "--durability",
         choices=("os", "fsync"),
-        default="os",
+        default=DEFAULTS.storage.durability,
         help="os (default): conversation events are written to the OS before a turn answers "
         "or runs a tool (safe when a process crashes) and fsync'd once the instance is quiet "
         "for 5 s; fsync: every event, a new conversation's directory entries, extension state "
@@ -86,15 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--hang-timeout",
         type=_seconds,
-        default=15.0,
+        default=DEFAULTS.daemon.hang_timeout_s,
         metavar="SECONDS",
         help="kill and respawn an agent whose event loop sent no heartbeat for this long "
-        "(default: 15)",
+        "(default: %(default)g)",
     )
     p.add_argument(
         "--agent-nice",
         type=_nice,
-        default=AGENT_NICE,
+        default=DEFAULTS.daemon.agent_nice,
         metavar="N",
         help="run agents N steps lower in CPU priority than the daemon, 0 to 19 "
         "(default: %(default)s), "
@@ -125,8 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout",
         type=_seconds,
-        default=600.0,
-        help="seconds to wait for the reply (default: 600)",
+        default=DEFAULTS.daemon.input_timeout_ms / 1000,
+        help="seconds to wait for the reply (default: %(default)g)",
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 

@@ -13,13 +13,13 @@ from goondan.cli.daemon_cmds import LiveView
 from goondan.cli.transcript import render_transcript
 from goondan.logs import configure_logging
 from goondan.paths import StatePaths
+from goondan.settings import from_run_args
 from ipc.endpoints import EndpointError
 from orchestrator.daemon import Daemon
 from orchestrator.lock import AlreadyRunning
 
 
 def run(args: argparse.Namespace) -> int:
-    os.environ["GOONDAN_DURABILITY"] = args.durability  # agent processes inherit it
     if args.log_level:
         os.environ["GOONDAN_LOG_LEVEL"] = args.log_level  # agent processes inherit it
     configure_logging(args.log_level)
@@ -29,10 +29,8 @@ def run(args: argparse.Namespace) -> int:
             bundle,
             args.swarm,
             StatePaths.at(args.state_root),
-            launcher=args.spawn,
-            hang_timeout_s=args.hang_timeout,
+            from_run_args(args),
             watch=args.watch,
-            agent_nice=args.agent_nice,
         )
     except BundleInvalid as exc:
         for error in exc.errors:

@@ -20,7 +20,7 @@ import zmq
 from ipc import zmtp
 from ipc.dealer import Dealer
 from ipc.endpoints import connect_dealer
-from ipc.router_socket import HANDSHAKE_GRACE_S, PONG_UNREAD_LIMIT, RouterSocket, Unroutable
+from ipc.router_socket import DEFAULT_LIMITS, RouterLimits, RouterSocket, Unroutable
 from tests.integration.waiting import until
 
 
@@ -413,7 +413,10 @@ def test_incomplete_messages_of_all_connections_stay_within_a_budget(run, endpoi
         got: list[list[bytes]] = []
         reported = Reported()
         router = RouterSocket(
-            endpoint, got.append, on_peer_error=reported.add, max_buffered_bytes=budget
+            endpoint,
+            got.append,
+            on_peer_error=reported.add,
+            limits=RouterLimits(max_buffered_bytes=budget),
         )
         router.start()
         hogs: list[socket.socket] = []
@@ -486,7 +489,10 @@ def test_a_connection_without_a_handshake_is_dropped_at_its_deadline(run, endpoi
     async def scenario() -> None:
         reported = Reported()
         router = RouterSocket(
-            endpoint, lambda frames: None, on_peer_error=reported.add, handshake_timeout_s=0.2
+            endpoint,
+            lambda frames: None,
+            on_peer_error=reported.add,
+            limits=RouterLimits(handshake_timeout_s=0.2),
         )
         router.start()
         try:
@@ -510,13 +516,16 @@ def test_connections_in_their_handshake_are_capped_and_the_oldest_make_room(run,
     async def scenario() -> None:
         reported = Reported()
         router = RouterSocket(
-            endpoint, lambda frames: None, on_peer_error=reported.add, max_handshaking=4
+            endpoint,
+            lambda frames: None,
+            on_peer_error=reported.add,
+            limits=RouterLimits(max_handshaking=4),
         )
         router.start()
         stalled = [await raw_connection(path) for _ in range(4)]
         try:
             await until(lambda: router.connections == 4)
-            await asyncio.sleep(HANDSHAKE_GRACE_S)  # before it, nobody is pushed out
+            await asyncio.sleep(DEFAULT_LIMITS.handshake_grace_s)  # before it, nobody is pushed out
             agent_got: list[list[bytes]] = []
             agent = Dealer(endpoint, "agent", agent_got.append)
             agent.start()
@@ -649,7 +658,7 @@ def test_a_peer_that_pings_and_never_reads_costs_bounded_memory(run, endpoint):
         try:
             await until(lambda: got)
             [peer] = router._connections
-            assert peer.transport.get_write_buffer_size() < PONG_UNREAD_LIMIT + 1024
+            assert peer.transport.get_write_buffer_size() < DEFAULT_LIMITS.pong_unread_bytes + 1024
         finally:
             sock.close()
             router.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentproc import process as agent_process
+from goondan.settings import Settings
 from ipc import wire
 from tests.unit.agentproc.agent_kit import Orchestrator, running_agent
 
@@ -18,9 +18,9 @@ INTERVAL_S = 0.3
 
 
 @pytest.fixture
-async def peer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Orchestrator]:
-    monkeypatch.setattr(agent_process, "HEARTBEAT_INTERVAL_S", INTERVAL_S)
-    async with running_agent(tmp_path) as orchestrator:
+async def peer(tmp_path: Path) -> AsyncIterator[Orchestrator]:
+    settings = Settings.from_mapping({"agent": {"heartbeat_interval_s": INTERVAL_S}})
+    async with running_agent(tmp_path, settings=settings) as orchestrator:
         yield orchestrator
 
 

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from agentproc.instances import MAX_PARKED, InstanceQueues
+from agentproc.instances import InstanceQueues
 
 
 class Recorder:
@@ -69,8 +69,8 @@ async def test_a_failing_job_does_not_stop_its_key():
 
 async def test_cancel_all_stops_running_jobs_and_parked_workers():
     rec = Recorder()
-    queues = InstanceQueues(rec.run)
-    for i in range(MAX_PARKED + 3):
+    queues = InstanceQueues(rec.run, max_parked=4)
+    for i in range(4 + 3):  # more than are kept parked
         queues.submit(f"idle{i}", "quick")
     await queues.wait_idle()
     rec.gates["stuck"] = asyncio.Event()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from agentproc.conversation import read_messages
 from goondan.paths import StatePaths
+from goondan.settings import Settings
 from tests.unit.agentproc.agent_kit import running_agent
 
 LOADED = 8
@@ -19,7 +20,8 @@ CONVERSATIONS = 120
 async def test_a_burst_of_new_conversations_stays_within_the_open_files_limit(
     tmp_path: Path,
 ) -> None:
-    agent = running_agent(tmp_path, "You said: {{input}}", max_loaded_instances=LOADED)
+    settings = Settings.from_mapping({"agent": {"max_loaded_instances": LOADED}})
+    agent = running_agent(tmp_path, "You said: {{input}}", settings=settings)
     async with agent as orchestrator:
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         in_use = len(os.listdir("/proc/self/fd"))

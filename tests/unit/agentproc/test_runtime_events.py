@@ -79,16 +79,14 @@ def _written(directory: Path) -> list[str]:
 
 @pytest.fixture
 def batch_due_after_100ms(monkeypatch: pytest.MonkeyPatch) -> None:
-    # due half of FLUSH_AFTER_S after the first event; the timer FLUSH_SLACK_S later
-    monkeypatch.setattr(runtime_events, "FLUSH_AFTER_S", 0.2)
-    monkeypatch.setattr(runtime_events, "FLUSH_SLACK_S", 0.2)
+    # with `log`: due half of flush_after_s after the first event; the timer flush_slack_s later
     monkeypatch.setattr(random, "uniform", lambda low, high: low)
 
 
 @pytest.fixture
 def log(tmp_path: Path) -> Iterator[RuntimeEventLog]:
-    """An agent's log in `tmp_path`; closed after."""
-    log = RuntimeEventLog(tmp_path)
+    """An agent's log in `tmp_path`, due 0.2 s after its first event; closed after."""
+    log = RuntimeEventLog(tmp_path, flush_after_s=0.2, flush_slack_s=0.2)
     yield log
     log.close()
 
@@ -112,11 +110,11 @@ async def test_a_busy_agent_writes_its_batch_after_a_turn_once_it_is_due(
 async def test_a_quiet_agent_has_its_batch_written_by_the_timer_soon_after_it_is_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Due at 0.3 s, so the timer writes at 0.4 s (FLUSH_SLACK_S after): while the agent is
-    # idle, not a whole FLUSH_AFTER_S later (0.9 s), when the next burst of work may have begun.
-    monkeypatch.setattr(runtime_events, "FLUSH_AFTER_S", 0.6)
+    # Due at 0.3 s, so the timer writes at 0.4 s (the default flush_slack_s after): while the
+    # agent is idle, not a whole flush_after_s later (0.9 s), when the next burst of work may
+    # have begun.
     monkeypatch.setattr(random, "uniform", lambda low, high: low)
-    log = RuntimeEventLog(tmp_path)
+    log = RuntimeEventLog(tmp_path, flush_after_s=0.6)
     started = time.monotonic()
     log.emit(_event("turn.started"))
     log.emit(_event("turn.completed"))
