@@ -8,7 +8,9 @@ A reply is one of:
 - empty: no text and no calls. Right after tool results this simply ends the turn (the model
   had nothing to add); otherwise it is corrected.
 Malformed and empty replies get a corrective message and another step, at most
-`MAX_CORRECTIONS` in a row; then the turn ends with an error.
+`MAX_CORRECTIONS` in a row; then the turn ends with an error. The step says what happened in a
+`StepOutcome`, which the turn applies (`TurnRun.apply`) to make the `StepResult` that the step
+middleware sees.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ import msgspec
 from agentproc.budgets import usage_data
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolDefinition
 from agentproc.runtime_events import elapsed_ms
-from agentproc.tool_calls import result_message, run_tool_calls
+from agentproc.tool_calls import run_tool_calls
 from agentproc.tracing import current_span, new_span_id
-from goondan.extensions import ErrorDetail, StepResult
+from agentproc.turn_state import Correction, StepOutcome, ToolBatchOutcome, TurnStop
+from goondan.extensions import ErrorDetail, StepResult, TokenUsage
 from goondan.tools import ToolCatalogItem, ToolErrorInfo, ToolResult
 
 if TYPE_CHECKING:
-    from agentproc.turn import StepCtx, TurnRun
+    from agentproc.turn import TurnRun
+    from agentproc.turn_state import StepCtx
 
 _TOOL_FINISH = frozenset({"tool_calls", "tool_use", "function_call"})
 
@@ -48,6 +52,10 @@ MALFORMED_STOP = (
     "Please rephrase the request or try again."
 )
 EMPTY_STOP = "I could not produce an answer after several attempts, so I stopped this turn."
+_MALFORMED_STOP = TurnStop("E_MODEL_MALFORMED_OUTPUT", MALFORMED_STOP)
+_EMPTY = Correction("empty", EMPTY_CORRECTION, TurnStop("E_MODEL_EMPTY_OUTPUT", EMPTY_STOP))
+_MALFORMED = Correction("malformed", MALFORMED_CORRECTION, _MALFORMED_STOP)
+_MALFORMED_AGENTS = Correction("malformed", MALFORMED_CORRECTION + AGENTS_EXAMPLE, _MALFORMED_STOP)
 
 
 async def run_step(ctx: StepCtx) -> StepResult:
@@ -82,10 +90,9 @@ async def run_step(ctx: StepCtx) -> StepResult:
                 started,
                 {"errorCode": error.code, "errorMessage": error.message},
             )
-            return StepResult("failed", False, error=error)
-        usage = run.meter.add(reply.usage)
-        result = await _handle_reply(ctx, reply, frozenset(names))
-        result.usage = usage
+            return run.apply(StepOutcome(error=error))
+        usage = run.replied(reply)
+        result = run.apply(await _handle_reply(ctx, reply, usage, frozenset(names)))
         _step_event(
             run,
             "step.completed",
@@ -109,27 +116,21 @@ async def run_step(ctx: StepCtx) -> StepResult:
         current_span.reset(token)
 
 
-async def _handle_reply(ctx: StepCtx, reply: ModelReply, names: frozenset[str]) -> StepResult:
+async def _handle_reply(
+    ctx: StepCtx, reply: ModelReply, usage: TokenUsage, names: frozenset[str]
+) -> StepOutcome:
     run = ctx.run
     text = reply.text or ""
     calls = list(reply.tool_calls)
-    if text.strip():
-        run.last_text = text
     if not calls:
         if text.strip():
             run.append(Message(id=run.next_id(), role="assistant", content=text))
-            _reset(run)
-            return StepResult("completed", False, text=text)
+            return StepOutcome(text=text, usage=usage)
         if reply.finish_reason in _TOOL_FINISH:
-            run.correct(
-                "malformed", MALFORMED_CORRECTION, "E_MODEL_MALFORMED_OUTPUT", MALFORMED_STOP
-            )
-        elif _after_tool_results(run):
-            _reset(run)  # nothing to add after its tools ran: the turn ends
-            return StepResult("completed", False, text="")
-        else:
-            run.correct("empty", EMPTY_CORRECTION, "E_MODEL_EMPTY_OUTPUT", EMPTY_STOP)
-        return StepResult("completed", run.stop is None)
+            return StepOutcome(continues=True, usage=usage, correction=_MALFORMED)
+        if _after_tool_results(run):
+            return StepOutcome(text="", usage=usage)  # nothing to add after its tools ran
+        return StepOutcome(continues=True, usage=usage, correction=_EMPTY)
 
     assistant = Message(
         id=run.next_id(),
@@ -143,32 +144,21 @@ async def _handle_reply(ctx: StepCtx, reply: ModelReply, names: frozenset[str]) 
         # Cut off by the output limit: the arguments may parse yet be incomplete. Run none.
         results = [_truncated(call.name) for call in calls]
         for call, result in zip(calls, results, strict=True):
-            run.append(result_message(run, call, result))
-        malformed, warnings = True, list[str]()
+            run.write_result(call, result)
+        tools = ToolBatchOutcome(results, malformed=True)
     else:
-        results, malformed, warnings = await run_tool_calls(ctx, assistant, calls, names)
-    if warnings:
-        run.append(
-            Message(
-                id=run.next_id(),
-                role="user",
-                content="\n".join(warnings),
-                metadata={"__goondanLoopDetection": True},
-            )
-        )
-    if malformed:
-        example = AGENTS_EXAMPLE if any(c.name.startswith("agents__") for c in calls) else ""
-        run.correct(
-            "malformed", MALFORMED_CORRECTION + example, "E_MODEL_MALFORMED_OUTPUT", MALFORMED_STOP
-        )
-    else:
-        _reset(run)
-    return StepResult(
-        "completed",
-        run.stop is None,
+        tools = await run_tool_calls(ctx, assistant, calls, names)
+    correction = None
+    if tools.malformed:
+        agents = any(c.name.startswith("agents__") for c in calls)
+        correction = _MALFORMED_AGENTS if agents else _MALFORMED
+    return StepOutcome(
+        continues=True,
         text=text or None,
+        usage=usage,
         tool_calls=calls,
-        tool_results=results,
+        tools=tools,
+        correction=correction,
     )
 
 
@@ -193,11 +183,6 @@ def _visible(run: TurnRun, items: list[Any]) -> tuple[list[str], list[ToolDefini
 def _after_tool_results(run: TurnRun) -> bool:
     messages = run.conversation.messages
     return bool(messages) and messages[-1].role == "tool"
-
-
-def _reset(run: TurnRun) -> None:
-    for kind in run.streaks:
-        run.streaks[kind] = 0
 
 
 def _truncated(name: str) -> ToolResult:

@@ -5,7 +5,8 @@ Calls run at the same time, except that a call to a tool declared `sequential` r
 conversation as soon as every call before it has its result too, so a crash loses as little
 as possible and the order stays the model's. Each call gets its own span, runs through the
 `toolCall` middleware onion and the executor, and is seen by loop detection. Cancelling the
-turn cancels its calls; each unfinished call is answered with `E_TOOL_CANCELLED`.
+turn cancels its calls; each unfinished call is answered with `E_TOOL_CANCELLED`. The batch
+reports what happened as a `ToolBatchOutcome`; it changes nothing of the turn's state.
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from agentproc.runtime_events import elapsed_ms
 from agentproc.tool_args import ArgumentsError, parse_arguments
 from agentproc.tool_executor import invalid_args, truncate_error_message
 from agentproc.tracing import current_span, new_span_id
+from agentproc.turn_state import ToolBatchOutcome, TurnStop
 from goondan.extensions import ToolCallMiddlewareContext
 from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolProgress, ToolResult
 
 if TYPE_CHECKING:
     from agentproc.tool_registry import ToolEntry
-    from agentproc.turn import StepCtx, TurnRun
+    from agentproc.turn import TurnRun
+    from agentproc.turn_state import StepCtx
 
 _encoder = msgspec.json.Encoder()
 _PREVIEW = 1000  # characters of arguments and details kept in runtime events
@@ -43,16 +46,18 @@ class CallCtx(ToolCallMiddlewareContext):
 
 
 class _Done(msgspec.Struct):
+    """One call's part of the batch's outcome."""
+
     result: ToolResult
     malformed: bool = False
     warning: str | None = None
+    stop: TurnStop | None = None
 
 
 async def run_tool_calls(
     step: StepCtx, assistant: Message, calls: list[ToolCall], names: frozenset[str]
-) -> tuple[list[ToolResult], bool, list[str]]:
-    """Run the calls; returns their results (in order), whether any was malformed, and the
-    loop-detection warnings for the model."""
+) -> ToolBatchOutcome:
+    """Run the calls, writing each result to the conversation in the model's order."""
     run = step.run
     done: list[_Done | None] = [None] * len(calls)
     flushed = 0
@@ -63,9 +68,7 @@ async def run_tool_calls(
             item = done[flushed]
             if item is None:
                 return
-            run.append(result_message(run, calls[flushed], item.result))
-            if item.result.status == "ok":
-                run.restart_reason = _restart_requested(item.result.output) or run.restart_reason
+            run.write_result(calls[flushed], item.result)
             flushed += 1
 
     async def one(index: int) -> None:
@@ -85,16 +88,21 @@ async def run_tool_calls(
         flush()
         raise
     finished = [item for item in done if item is not None]
-    warnings = [item.warning for item in finished if item.warning]
-    return [item.result for item in finished], any(item.malformed for item in finished), warnings
+    return ToolBatchOutcome(
+        [item.result for item in finished],
+        malformed=any(item.malformed for item in finished),
+        warnings=[item.warning for item in finished if item.warning],
+        stop=next((item.stop for item in finished if item.stop is not None), None),
+    )
 
 
-def result_message(run: TurnRun, call: ToolCall, result: ToolResult) -> Message:
+def result_message(message_id: str, call: ToolCall, result: ToolResult) -> Message:
+    """The conversation's message for a tool result."""
     metadata: dict[str, Any] = {"toolName": call.name, "status": result.status}
     if result.handle is not None:
         metadata["handle"] = result.handle
     return Message(
-        id=run.next_id(),
+        id=message_id,
         role="tool",
         content=llm_text(result),
         tool_call_id=call.id,
@@ -152,13 +160,13 @@ async def _call(step: StepCtx, assistant: Message, call: ToolCall, names: frozen
             return outcome
         verdict = run.guard.check(call.name, args)
         if verdict != "run":
+            outcome = _Done(run.guard.blocked(call.name))
             if verdict == "stop":
-                run.halt(
+                outcome.stop = TurnStop(
                     "E_TOOL_LOOP_DETECTED",
                     f"I stopped this turn: the call to {call.name} kept repeating with the same "
                     "arguments and the same result.",
                 )
-            outcome = _Done(run.guard.blocked(call.name))
             return outcome
         result = await _through_middleware(step, assistant, call, names, span, args)
         outcome = _Done(result, warning=run.guard.record(call.name, args, result))
@@ -311,11 +319,16 @@ def _cancelled(name: str) -> ToolResult:
     )
 
 
-def _restart_requested(output: object) -> str | None:
+def restart_requested(result: ToolResult) -> str | None:
     """The self-restart convention: an ok tool output with `restartRequested: true`."""
-    if isinstance(output, dict) and output.get("restartRequested") is True:
+    output = result.output
+    if (
+        result.status == "ok"
+        and isinstance(output, dict)
+        and output.get("restartRequested") is True
+    ):
         return str(output.get("restartReason") or "tool:self-restart")
     return None
 
 
-__all__ = ["CallCtx", "llm_text", "result_message", "run_tool_calls"]
+__all__ = ["CallCtx", "llm_text", "restart_requested", "result_message", "run_tool_calls"]

@@ -4,6 +4,9 @@ without tool calls, a step middleware ends it, or a limit is reached.
     turn middleware (onion) -> core turn: for each step
         inbox -> limits -> catalog -> step middleware (onion) -> core step (`step.py`):
             LLM call -> classify the reply -> tool calls (`tool_calls.py`) -> results
+            -> its outcome, applied by the turn (`TurnRun.apply`) -> a `StepResult`
+
+The turn's state and the outcomes its parts report are in `turn_state.py`.
 
 `finishReason`: `text_response` (the model answered), `max_steps` (`maxStepsPerTurn`),
 `budget` (time, tokens or cost of `policy.budget`), `error` (the model failed, kept producing
@@ -33,15 +36,17 @@ from agentproc.extension_state import current_state
 from agentproc.extensions import EventBus
 from agentproc.instance import Instance
 from agentproc.loop_guard import LoopGuard
-from agentproc.messages import Message, Usage
+from agentproc.messages import Message, ModelReply, ToolCall, Usage
 from agentproc.middleware import Pipeline
 from agentproc.pending import POLL_TOOL, current_jobs, poll_entry
 from agentproc.providers import Provider
 from agentproc.runtime_events import elapsed_ms, new_turn_id
 from agentproc.step import run_step
+from agentproc.tool_calls import restart_requested, result_message
 from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
 from agentproc.tool_registry import ToolRegistry
 from agentproc.tracing import TurnTracer, current_span
+from agentproc.turn_state import ConversationView, StepCtx, StepOutcome, TurnCtx, TurnState
 from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing, ToolPolicySpec
 from goondan.extensions import (
     AppendMessage,
@@ -53,15 +58,13 @@ from goondan.extensions import (
     MiddlewareError,
     RemoveMessage,
     ReplaceMessage,
-    StepMiddlewareContext,
+    StepResult,
+    TokenUsage,
     TruncateMessages,
-    TurnMiddlewareContext,
     TurnResult,
 )
 from goondan.logs import log_context
-from goondan.tools import AgentRuntime
-
-MAX_CORRECTIONS = 2  # corrective retries of one kind in a row (malformed, empty)
+from goondan.tools import AgentRuntime, ToolResult
 
 
 @dataclass
@@ -183,43 +186,10 @@ async def run_turn(
         current_state.reset(tokens[0])
 
 
-class _ConversationView:
-    """`ctx.conversation_state`: base (turn start) + this turn's events = next (now). It holds
-    the turn's parts, not the turn: a cycle would keep every turn alive until a gc pass."""
-
-    def __init__(
-        self, conversation: Conversation, events: list[MessageEvent], base: list[Message]
-    ) -> None:
-        self._conversation = conversation
-        self._events = events
-        self._base = base
-
-    @property
-    def base_messages(self) -> list[Message]:
-        return self._base
-
-    @property
-    def events(self) -> list[MessageEvent]:
-        return self._events
-
-    @property
-    def next_messages(self) -> list[Message]:
-        return self._conversation.messages
-
-
-class TurnCtx(TurnMiddlewareContext):
-    __slots__ = ("run",)
-    run: TurnRun
-
-
-class StepCtx(StepMiddlewareContext):
-    __slots__ = ("run", "span")
-    run: TurnRun
-    span: str
-
-
 class TurnRun:
-    """The state of one running turn, shared by its steps and tool calls."""
+    """One running turn: what it was given, what it has done (`TurnState`, which only this
+    class changes), and the loop. Steps and tool calls read it, write messages through it,
+    and report what they did as outcomes it applies (`replied`, `write_result`, `apply`)."""
 
     def __init__(
         self,
@@ -254,110 +224,15 @@ class TurnRun:
             parent_span_id=turn_input.parent_span_id,
         )
 
+        self.state = TurnState()
         self.meter = UsageMeter(agent.pricing)
         self.budget = TurnBudget(agent.budget)
-        self.streaks = {"malformed": 0, "empty": 0}
-        self.steps = 0
-        self.last_text = ""
-        self.restart_reason: str | None = None
-        self.stop: tuple[str, str] | None = None  # (code, message): a step ended the turn
         self.message_events: list[MessageEvent] = []
-        self.view = _ConversationView(
+        self.view = ConversationView(
             self.conversation, self.message_events, list(self.conversation.messages)
         )
         self.metadata: dict[str, Any] = {}
         self._seq = 0
-
-    @functools.cached_property
-    def guard(self) -> LoopGuard:
-        """Made on the turn's first tool call: most turns call none."""
-        return LoopGuard(self.agent.loop_detection)
-
-    @functools.cached_property
-    def log(self) -> structlog.typing.FilteringBoundLogger:
-        """Bound only when a turn has something to say (binding costs more than most turns)."""
-        logger: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(
-            agent=self.agent.name,
-            instanceKey=self.input.instance_key,
-            traceId=self.input.trace_id,
-            turnId=self.turn_id,
-        )
-        return logger
-
-    def on_text(self, text: str) -> None:
-        """A streamed chunk of the model's text (streaming models only)."""
-        if self.updates is not None:
-            self.updates("text", text, {})
-
-    # -- messages ------------------------------------------------------------------------------
-
-    def next_id(self) -> str:
-        self._seq += 1
-        return f"{self.turn_id}-{self._seq}"
-
-    def append(self, message: Message) -> None:
-        self.conversation.append(message)
-        self.message_events.append(AppendMessage(message))
-
-    def emit(self, event: MessageEvent) -> None:
-        """`ctx.emit_message_event`: every change is written to the event log first."""
-        if isinstance(event, AppendMessage):
-            self.append(event.message)
-            return
-        if isinstance(event, ReplaceMessage):
-            found = self.conversation.replace(event.target_id, event.message)
-        elif isinstance(event, RemoveMessage):
-            found = self.conversation.remove(event.target_id)
-        elif isinstance(event, TruncateMessages):
-            self.conversation.truncate()
-            found = True
-        else:
-            raise TypeError(
-                f"not a message event: {type(event).__name__} (use AppendMessage, "
-                "ReplaceMessage, RemoveMessage or TruncateMessages)"
-            )
-        if not found:
-            self.log.warning(
-                "message event target not found",
-                code="E_MESSAGE_TARGET_NOT_FOUND",
-                targetId=getattr(event, "target_id", None),
-            )
-            return
-        self.message_events.append(event)
-
-    def flush_inbox(self) -> None:
-        for message in self.instance.take_inbox():
-            self.append(message)
-
-    def correct(self, kind: str, text: str, stop_code: str, stop_text: str) -> None:
-        """A corrective message and another try, at most MAX_CORRECTIONS of a kind in a row;
-        after that the turn ends with `stop_text`."""
-        for other in self.streaks:
-            if other != kind:
-                self.streaks[other] = 0
-        self.streaks[kind] += 1
-        if self.streaks[kind] > MAX_CORRECTIONS:
-            self.log.warning("turn ended: the model kept failing", kind=kind)
-            self.halt(stop_code, stop_text)
-            return
-        self.append(
-            Message(
-                id=self.next_id(),
-                role="user",
-                content=text,
-                metadata={"__goondanCorrection": kind},
-            )
-        )
-
-    def halt(self, code: str, message: str) -> None:
-        """End the turn after this step with an error (the first reason given wins)."""
-        if self.stop is None:
-            self.stop = (code, message)
-
-    def result(
-        self, reason: FinishReason, text: str, error: ErrorDetail | None = None
-    ) -> TurnResult:
-        return TurnResult(self.turn_id, reason, text, self.steps, self.meter.total(), error)
 
     # -- the turn ------------------------------------------------------------------------------
 
@@ -420,9 +295,201 @@ class TurnRun:
             result.steps,
             Usage(usage.input_tokens, usage.output_tokens),
             error_code=result.error.code if result.error is not None else None,
-            restart_reason=self.restart_reason,
+            restart_reason=self.state.restart_reason,
             cost_usd=usage.cost_usd,
         )
+
+    async def core_turn(self) -> TurnResult:
+        """The innermost turn layer: the steps, within the turn's time budget."""
+        deadline = self.budget.deadline
+        if deadline is None:
+            return await self._steps()
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        watched = self.agent.deadlines.watch(task, deadline)
+        try:
+            return await self._steps()
+        except asyncio.CancelledError:
+            if not watched.expired or task.uncancel() > cancelling:
+                raise  # not ours, or someone else cancelled too
+            notice = self.budget.time_message()
+            self.log.warning(
+                "turn stopped: out of time", seconds=self.agent.budget.max_turn_seconds
+            )
+            return self._stop_for_budget(notice)
+        finally:
+            self.agent.deadlines.end(watched)
+
+    async def _steps(self) -> TurnResult:
+        agent = self.agent
+        state = self.state
+        while True:
+            self.flush_inbox()
+            if state.steps >= agent.max_steps:
+                self.log.warning("turn stopped at the step limit", steps=agent.max_steps)
+                text = state.last_text or (
+                    f"Reached the step limit ({agent.max_steps}) for this turn."
+                )
+                return self.result("max_steps", text)
+            over = self.budget.exceeded(self.meter)
+            if over is not None:
+                self.log.warning("turn stopped: over budget", reason=over)
+                return self._stop_for_budget(over)
+            runtime_tools = frozenset({POLL_TOOL}) if self.instance.jobs.has_open() else frozenset()
+            ctx = StepCtx(
+                agent.pipeline.chain("step", run_step),
+                agent_name=agent.name,
+                instance_key=self.input.instance_key,
+                turn_id=self.turn_id,
+                trace_id=self.input.trace_id,
+                step_index=state.steps,
+                conversation_state=self.view,
+                agents=self.runtime,
+                tool_catalog=agent.catalog.build(runtime_tools),
+                turn_metadata=self.metadata,
+                emit=self.emit,
+            )
+            ctx.run = self
+            state.steps += 1
+            step = await ctx._start()  # the step middleware, around `run_step`
+            if state.stop is not None:
+                message = state.stop.message
+                self.append(Message(id=self.next_id(), role="assistant", content=message))
+                return self.result("error", message, ErrorDetail(state.stop.code, message))
+            if step.status == "failed":
+                error = step.error or ErrorDetail("E_STEP_FAILED", "the step failed")
+                text = f"The model call failed ({error.code}): {error.message}"
+                self.append(Message(id=self.next_id(), role="assistant", content=text))
+                return self.result("error", text, ErrorDetail(error.code, text))
+            if not step.should_continue:
+                return self.result("text_response", step.text or state.last_text)
+
+    # -- what a step reports -------------------------------------------------------------------
+
+    def replied(self, reply: ModelReply) -> TokenUsage:
+        """The model answered: its tokens count and its text is the turn's latest at once,
+        before any tool runs. Returns the reply's usage."""
+        if reply.text and reply.text.strip():
+            self.state.last_text = reply.text
+        return self.meter.add(reply.usage)
+
+    def write_result(self, call: ToolCall, result: ToolResult) -> None:
+        """A tool call's result joins the conversation; a restart it asks for is noted now."""
+        self.append(result_message(self.next_id(), call, result))
+        if result.status == "ok":
+            self.state.restart_reason = restart_requested(result) or self.state.restart_reason
+
+    def apply(self, outcome: StepOutcome) -> StepResult:
+        """The end of a step (`step.py`): what it did, applied to the turn, as the
+        `StepResult` the step middleware sees."""
+        if outcome.error is not None:
+            return StepResult("failed", False, error=outcome.error)
+        state = self.state
+        tools = outcome.tools
+        if tools is not None:
+            if tools.stop is not None:
+                state.halt(tools.stop)
+            if tools.warnings:
+                self.append(
+                    Message(
+                        id=self.next_id(),
+                        role="user",
+                        content="\n".join(tools.warnings),
+                        metadata={"__goondanLoopDetection": True},
+                    )
+                )
+        correction = outcome.correction
+        if correction is None:
+            state.steady()
+        elif not state.corrected(correction.kind):
+            self.log.warning("turn ended: the model kept failing", kind=correction.kind)
+            state.halt(correction.stop)
+        else:
+            self.append(
+                Message(
+                    id=self.next_id(),
+                    role="user",
+                    content=correction.text,
+                    metadata={"__goondanCorrection": correction.kind},
+                )
+            )
+        return StepResult(
+            "completed",
+            outcome.continues and state.stop is None,
+            text=outcome.text,
+            tool_calls=outcome.tool_calls,
+            tool_results=tools.results if tools is not None else [],
+            usage=outcome.usage,
+        )
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def next_id(self) -> str:
+        self._seq += 1
+        return f"{self.turn_id}-{self._seq}"
+
+    def append(self, message: Message) -> None:
+        self.conversation.append(message)
+        self.message_events.append(AppendMessage(message))
+
+    def emit(self, event: MessageEvent) -> None:
+        """`ctx.emit_message_event`: every change is written to the event log first."""
+        if isinstance(event, AppendMessage):
+            self.append(event.message)
+            return
+        if isinstance(event, ReplaceMessage):
+            found = self.conversation.replace(event.target_id, event.message)
+        elif isinstance(event, RemoveMessage):
+            found = self.conversation.remove(event.target_id)
+        elif isinstance(event, TruncateMessages):
+            self.conversation.truncate()
+            found = True
+        else:
+            raise TypeError(
+                f"not a message event: {type(event).__name__} (use AppendMessage, "
+                "ReplaceMessage, RemoveMessage or TruncateMessages)"
+            )
+        if not found:
+            self.log.warning(
+                "message event target not found",
+                code="E_MESSAGE_TARGET_NOT_FOUND",
+                targetId=getattr(event, "target_id", None),
+            )
+            return
+        self.message_events.append(event)
+
+    def flush_inbox(self) -> None:
+        for message in self.instance.take_inbox():
+            self.append(message)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def guard(self) -> LoopGuard:
+        """Made on the turn's first tool call: most turns call none."""
+        return LoopGuard(self.agent.loop_detection)
+
+    @functools.cached_property
+    def log(self) -> structlog.typing.FilteringBoundLogger:
+        """Bound only when a turn has something to say (binding costs more than most turns)."""
+        logger: structlog.typing.FilteringBoundLogger = structlog.get_logger().bind(
+            agent=self.agent.name,
+            instanceKey=self.input.instance_key,
+            traceId=self.input.trace_id,
+            turnId=self.turn_id,
+        )
+        return logger
+
+    def on_text(self, text: str) -> None:
+        """A streamed chunk of the model's text (streaming models only)."""
+        if self.updates is not None:
+            self.updates("text", text, {})
+
+    def result(
+        self, reason: FinishReason, text: str, error: ErrorDetail | None = None
+    ) -> TurnResult:
+        return TurnResult(self.turn_id, reason, text, self.state.steps, self.meter.total(), error)
 
     def _turn_ctx(self, layers: tuple[Layer, ...]) -> TurnCtx:
         ctx = TurnCtx(
@@ -460,73 +527,10 @@ class TurnRun:
         # logger would cost more than the rest of a short turn.
         self.tracer.turn(event, data)
 
-    async def core_turn(self) -> TurnResult:
-        deadline = self.budget.deadline
-        if deadline is None:
-            return await self._steps()
-        task = asyncio.current_task()
-        assert task is not None
-        cancelling = task.cancelling()
-        watched = self.agent.deadlines.watch(task, deadline)
-        try:
-            return await self._steps()
-        except asyncio.CancelledError:
-            if not watched.expired or task.uncancel() > cancelling:
-                raise  # not ours, or someone else cancelled too
-            notice = self.budget.time_message()
-            self.log.warning(
-                "turn stopped: out of time", seconds=self.agent.budget.max_turn_seconds
-            )
-            return self._stop_for_budget(notice)
-        finally:
-            self.agent.deadlines.end(watched)
-
-    async def _steps(self) -> TurnResult:
-        agent = self.agent
-        while True:
-            self.flush_inbox()
-            if self.steps >= agent.max_steps:
-                self.log.warning("turn stopped at the step limit", steps=agent.max_steps)
-                text = self.last_text or (
-                    f"Reached the step limit ({agent.max_steps}) for this turn."
-                )
-                return self.result("max_steps", text)
-            over = self.budget.exceeded(self.meter)
-            if over is not None:
-                self.log.warning("turn stopped: over budget", reason=over)
-                return self._stop_for_budget(over)
-            runtime_tools = frozenset({POLL_TOOL}) if self.instance.jobs.has_open() else frozenset()
-            ctx = StepCtx(
-                agent.pipeline.chain("step", run_step),
-                agent_name=agent.name,
-                instance_key=self.input.instance_key,
-                turn_id=self.turn_id,
-                trace_id=self.input.trace_id,
-                step_index=self.steps,
-                conversation_state=self.view,
-                agents=self.runtime,
-                tool_catalog=agent.catalog.build(runtime_tools),
-                turn_metadata=self.metadata,
-                emit=self.emit,
-            )
-            ctx.run = self
-            self.steps += 1
-            step = await ctx._start()
-            if self.stop is not None:
-                code, message = self.stop
-                self.append(Message(id=self.next_id(), role="assistant", content=message))
-                return self.result("error", message, ErrorDetail(code, message))
-            if step.status == "failed":
-                error = step.error or ErrorDetail("E_STEP_FAILED", "the step failed")
-                text = f"The model call failed ({error.code}): {error.message}"
-                self.append(Message(id=self.next_id(), role="assistant", content=text))
-                return self.result("error", text, ErrorDetail(error.code, text))
-            if not step.should_continue:
-                return self.result("text_response", step.text or self.last_text)
-
     def _stop_for_budget(self, notice: str) -> TurnResult:
         self.append(Message(id=self.next_id(), role="assistant", content=notice))
-        text = f"{self.last_text}\n\n{notice}" if self.last_text else notice
+        last = self.state.last_text
+        text = f"{last}\n\n{notice}" if last else notice
         return self.result("budget", text, ErrorDetail("E_TURN_BUDGET", notice))
 
 
