@@ -14,7 +14,7 @@ import msgspec
 import structlog
 
 from agentproc.instance import Instance
-from agentproc.instances import InstanceQueues
+from agentproc.instance_queues import InstanceQueues
 from agentproc.log_limit import LogLimit
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from agentproc.instances import InstanceQueues
+from agentproc.instance_queues import InstanceQueues
 
 
 class Recorder:
