@@ -21,8 +21,8 @@ import structlog
 from agentproc.conversation import Conversation
 from agentproc.extension_state import ExtensionStateStore
 from agentproc.messages import Message
-from agentproc.pending import PendingJobs
 from agentproc.runtime_events import RuntimeEventLog
+from agentproc.tool_jobs import ToolJobs
 from goondan.settings import DEFAULTS
 
 
@@ -47,7 +47,7 @@ class Instance:
         self._own_events = events is None
         self.events = RuntimeEventLog(directory) if events is None else events
         self.state = ExtensionStateStore(directory / "extensions", durable=fsync_events)
-        self.jobs = PendingJobs(directory, self.deliver, durable=fsync_events)
+        self.jobs = ToolJobs(directory, self.deliver, durable=fsync_events)
         self._inbox: list[Message] = []
         self._inbox_limit = inbox_limit
         self.last_turn_at = 0.0  # time.monotonic() when the last turn ended

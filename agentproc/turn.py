@@ -38,12 +38,12 @@ from agentproc.instance import Instance
 from agentproc.loop_guard import LoopGuard
 from agentproc.messages import Message, ModelReply, ToolCall, Usage
 from agentproc.middleware import Pipeline
-from agentproc.pending import POLL_TOOL, current_jobs, poll_entry
 from agentproc.providers import Provider
 from agentproc.runtime_events import elapsed_ms, new_turn_id
 from agentproc.step import run_step
 from agentproc.tool_calls import restart_requested, result_message
 from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
+from agentproc.tool_jobs import POLL_TOOL, current_jobs, poll_entry
 from agentproc.tool_registry import ToolRegistry
 from agentproc.tracing import TurnTracer, current_span
 from agentproc.turn_state import ConversationView, StepCtx, StepOutcome, TurnCtx, TurnState

@@ -4,7 +4,7 @@ import asyncio
 import json
 
 from agentproc.instance import Instance
-from agentproc.pending import COMPLETION_KEY, PENDING_FILE, POLL_TOOL
+from agentproc.tool_jobs import COMPLETION_KEY, PENDING_FILE, POLL_TOOL
 from goondan import Pending
 from tests.unit.agentproc.loop_kit import (
     ScriptedModel,

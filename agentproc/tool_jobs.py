@@ -1,5 +1,6 @@
-"""Long-running tool calls (spec §12.4): a handler returns `Pending(work)`, the LLM gets a
-`handle` at once, and the completion reaches the conversation later.
+"""Tool jobs, the long-running tool calls (spec §12.4): a handler returns `Pending(work)`, the
+LLM gets a `handle` at once (a result with status "pending"), and the completion reaches the
+conversation later.
 
 The work runs in the agent process, beside the turns. When it settles, its result (output or
 structured error) is recorded on disk and delivered to the instance's inbox, so it joins the
@@ -55,8 +56,8 @@ class JobRecord(msgspec.Struct, omit_defaults=True, rename="camel"):
 _records_decoder = msgspec.json.Decoder(list[JobRecord])
 
 
-class PendingJobs:
-    """The jobs of one instance of the agent."""
+class ToolJobs:
+    """The tool jobs of one instance of the agent (`Instance.jobs`)."""
 
     def __init__(
         self, directory: Path, deliver: Callable[[Message], None], *, durable: bool = False
@@ -255,7 +256,7 @@ def delivered_handles(messages: list[Message]) -> set[str]:
     return handles
 
 
-current_jobs: ContextVar[PendingJobs | None] = ContextVar("goondan_pending_jobs", default=None)
+current_jobs: ContextVar[ToolJobs | None] = ContextVar("goondan_tool_jobs", default=None)
 
 
 @functools.cache
