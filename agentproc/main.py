@@ -79,7 +79,7 @@ async def build_definition(
         loop_detection=policy.loop_detection,
         pricing=model.pricing,
         bus=EventBus(),
-        tool_timeout_ms=settings.agent.tool_timeout_ms,
+        settings=settings.agent,
     )
     try:
         await load_extensions(

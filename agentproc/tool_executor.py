@@ -33,8 +33,6 @@ from goondan.settings import DEFAULTS
 from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolResult
 
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000
-# Above the longest base tool limit (bash, 10 min); `AgentDefinition` takes its default here.
-DEFAULT_TOOL_TIMEOUT_MS = DEFAULTS.agent.tool_timeout_ms
 _TRUNCATION_SUFFIX = "... (truncated)"
 _encoder = msgspec.json.Encoder()
 
@@ -69,7 +67,7 @@ class ToolExecutor:
         self,
         registry: ToolRegistry,
         *,
-        default_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS,
+        default_timeout_ms: int = DEFAULTS.agent.tool_timeout_ms,
         threads: int = DEFAULTS.agent.tool_threads,
         max_abandoned: int = DEFAULTS.agent.max_abandoned_threads,
     ) -> None:

@@ -42,7 +42,7 @@ from agentproc.providers import Provider
 from agentproc.runtime_events import elapsed_ms, new_turn_id
 from agentproc.step import run_step
 from agentproc.tool_calls import restart_requested, result_message
-from agentproc.tool_executor import DEFAULT_TOOL_TIMEOUT_MS, ToolExecutor
+from agentproc.tool_executor import ToolExecutor
 from agentproc.tool_jobs import POLL_TOOL, current_jobs, poll_entry
 from agentproc.tool_registry import ToolRegistry
 from agentproc.tracing import TurnTracer, current_span
@@ -64,6 +64,7 @@ from goondan.extensions import (
     TurnResult,
 )
 from goondan.logs import log_context
+from goondan.settings import DEFAULTS, AgentSettings
 from goondan.tools import AgentRuntime, ToolResult
 
 
@@ -83,7 +84,7 @@ class AgentDefinition:
     loop_detection: LoopDetectionPolicy = LoopDetectionPolicy()
     pricing: ModelPricing | None = None
     bus: EventBus | None = None
-    tool_timeout_ms: int = DEFAULT_TOOL_TIMEOUT_MS
+    settings: AgentSettings = DEFAULTS.agent  # tool threads and time limits
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
     deadlines: Deadlines = field(init=False)  # of this agent's running turns
@@ -92,7 +93,12 @@ class AgentDefinition:
     def __post_init__(self) -> None:
         system = self.system_prompt
         self.prefix = [Message(id="system", role="system", content=system)] if system else []
-        self.executor = ToolExecutor(self.registry, default_timeout_ms=self.tool_timeout_ms)
+        self.executor = ToolExecutor(
+            self.registry,
+            default_timeout_ms=self.settings.tool_timeout_ms,
+            threads=self.settings.tool_threads,
+            max_abandoned=self.settings.max_abandoned_threads,
+        )
         self.catalog = CatalogBuilder(self.registry, self.policy)
         self.deadlines = Deadlines()
         if self.registry.get(POLL_TOOL) is None:
