@@ -15,6 +15,7 @@ from fnmatch import fnmatchcase
 from agentproc.tool_registry import ToolRegistry
 from goondan.bundle.model import ToolPolicySpec
 from goondan.tools import ToolCatalogItem, ToolErrorInfo, ToolResult
+from ipc.error_codes import ErrorCode
 
 _OPEN = ToolPolicySpec()
 
@@ -46,7 +47,7 @@ class ToolPolicy:
             return None
         return ToolResult.fail(
             ToolErrorInfo(
-                code="E_TOOL_POLICY_DENIED",
+                code=ErrorCode.E_TOOL_POLICY_DENIED,
                 name="ToolPolicyError",
                 message=f"Tool '{name}' is not allowed by this agent's tool policy.",
                 suggestion="Use one of the tools offered in this step; the operator sets "

@@ -31,9 +31,10 @@ import msgspec
 from agentproc.files import fsync_dir, open_append
 from agentproc.messages import Message
 from goondan.paths import StorageError
+from ipc.error_codes import ErrorCode
 
 INTERRUPTED = (
-    '{"status":"error","error":{"code":"E_TOOL_INTERRUPTED","message":'
+    f'{{"status":"error","error":{{"code":"{ErrorCode.E_TOOL_INTERRUPTED}","message":'
     '"The agent process stopped before this tool call finished."}}'
 )
 

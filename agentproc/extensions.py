@@ -34,6 +34,7 @@ from goondan.bundle import Bundle, ObjectRef, RefItem, Resource
 from goondan.bundle.model import AgentSpec, ExtensionSpec
 from goondan.extensions import ExtensionConfigError
 from goondan.tools import ToolCatalogItem, ToolHandler
+from ipc.error_codes import ErrorCode
 
 BASE_PACKAGE = "@goondan/base"
 GUARD = "required-tools-guard"
@@ -254,11 +255,11 @@ async def load_extensions(
         try:
             module = import_entry_module(resource, "goondan_ext")
         except ImportError as exc:
-            raise ExtensionStartError("E_EXT_LOAD", str(exc)) from None
+            raise ExtensionStartError(ErrorCode.E_EXT_LOAD, str(exc)) from None
         register = getattr(module, "register", None)
         if not callable(register):
             raise ExtensionStartError(
-                "E_EXT_LOAD",
+                ErrorCode.E_EXT_LOAD,
                 f"{resource.label}: {resource.entry_path()} must define "
                 "`def register(api, config): ...`",
             )
@@ -269,11 +270,11 @@ async def load_extensions(
                 await result
         except ExtensionConfigError as exc:
             raise ExtensionStartError(
-                "E_EXT_CONFIG", f"{resource.label}: invalid config: {exc}"
+                ErrorCode.E_EXT_CONFIG, f"{resource.label}: invalid config: {exc}"
             ) from None
         except Exception as exc:  # user code: report it, don't crash with a traceback
             raise ExtensionStartError(
-                "E_EXT_INIT",
+                ErrorCode.E_EXT_INIT,
                 f"{resource.label}: register() failed: {type(exc).__name__}: {exc}",
             ) from None
         names.append(resource.name)

@@ -15,6 +15,7 @@ import msgspec
 
 from goondan.bundle.model import LoopDetectionPolicy
 from goondan.tools import ToolErrorInfo, ToolResult
+from ipc.error_codes import ErrorCode
 
 Verdict = Literal["run", "block", "stop"]
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -72,7 +73,7 @@ class LoopGuard:
     def blocked(self, name: str) -> ToolResult:
         return ToolResult.fail(
             ToolErrorInfo(
-                code="E_TOOL_LOOP_DETECTED",
+                code=ErrorCode.E_TOOL_LOOP_DETECTED,
                 name="ToolLoopError",
                 message=f"Not run: {name} was already called with these exact arguments "
                 "repeatedly in this turn, with the same result.",

@@ -28,6 +28,7 @@ from goondan.settings import DEFAULTS, Settings, SettingsError
 from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import send_once
+from ipc.error_codes import ErrorCode
 
 
 class StartError(Exception):
@@ -184,7 +185,7 @@ async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
         definition, catalog = await build_definition(args, args.settings)
     except (StartError, LookupError) as exc:
         log.error("agent cannot start", error=str(exc))
-        error = wire.ErrorInfo("E_AGENT_START", str(exc))
+        error = wire.ErrorInfo(ErrorCode.E_AGENT_START, str(exc))
         frame = wire.encode(wire.START_ERROR, args.agent, wire.ORCHESTRATOR, error)
         await send_once(args.endpoint, args.agent, frame, properties=properties(credential))
         return 3

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from goondan.messages import Message, Role, ToolCall
+from ipc.error_codes import ErrorCode
 
 __all__ = [
     "Message",
@@ -53,7 +54,9 @@ class ModelReply(msgspec.Struct, frozen=True):
 class ModelError(Exception):
     """A provider call failed. `retryable` says whether trying again may help (429, 5xx)."""
 
-    def __init__(self, message: str, *, code: str = "E_MODEL", retryable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, code: str = ErrorCode.E_MODEL, retryable: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.retryable = retryable

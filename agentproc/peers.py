@@ -24,6 +24,7 @@ from goondan.delegation import DelegateError, RequestTimeout, delegate_error
 from goondan.settings import DEFAULTS
 from goondan.tools import DelegateReply
 from ipc import wire
+from ipc.error_codes import ErrorCode
 
 
 class PeerClient:
@@ -109,7 +110,7 @@ class PeerClient:
         finally:
             self._calls.pop(cid, None)
         if not reply.ok:
-            error = reply.error or wire.ErrorInfo("AGENT_REQUEST_ERROR", "request refused")
+            error = reply.error or wire.ErrorInfo(ErrorCode.AGENT_REQUEST_ERROR, "request refused")
             raise delegate_error(error.code, error.message, error.suggestion)
         return reply.result
 
@@ -216,7 +217,7 @@ class TurnRuntime:
             span_id=current_span.get(),
         )
         if result.status == "error":
-            error = result.error or wire.ErrorInfo("AGENT_REQUEST_ERROR", "unknown error")
+            error = result.error or wire.ErrorInfo(ErrorCode.AGENT_REQUEST_ERROR, "unknown error")
             raise delegate_error(error.code, error.message, error.suggestion)
         return DelegateReply(target, result.response or "", cid, result.instance_key or key)
 
@@ -246,10 +247,10 @@ class TurnRuntime:
 def _async_message(cid: str, target: str, done: asyncio.Task[DelegateReply]) -> Message:
     body: dict[str, Any] = {"type": "inter_agent_response", "requestId": cid, "fromAgentId": target}
     if done.cancelled():
-        body.update(status="error", error={"code": "E_CANCELLED", "message": "cancelled"})
+        body.update(status="error", error={"code": ErrorCode.E_CANCELLED, "message": "cancelled"})
     elif (exc := done.exception()) is not None:
-        code = getattr(exc, "code", "AGENT_REQUEST_ERROR")
-        status = "timeout" if code == "AGENT_REQUEST_TIMEOUT" else "error"
+        code = getattr(exc, "code", ErrorCode.AGENT_REQUEST_ERROR)
+        status = "timeout" if code == ErrorCode.AGENT_REQUEST_TIMEOUT else "error"
         body.update(status=status, error={"code": code, "message": str(exc)})
     else:
         body.update(status="ok", response=done.result().response)

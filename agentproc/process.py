@@ -25,6 +25,7 @@ from goondan.settings import DEFAULTS, Settings
 from ipc import wire, zmtp
 from ipc.credential import properties
 from ipc.dealer import Dealer
+from ipc.error_codes import ErrorCode
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -175,7 +176,7 @@ class AgentProcess:
         if env.type != wire.DELEGATE or env.correlation_id is None:
             return
         error = wire.ErrorInfo(
-            "E_BAD_REQUEST",
+            ErrorCode.E_BAD_REQUEST,
             f"agent '{self.name}' could not decode the request: {problem}",
             suggestion="send a delegate payload with input, instanceKey and source",
         )
@@ -223,7 +224,9 @@ class AgentProcess:
         if command.command == "instance.drop" and isinstance(key, str) and key:
             self.queues.submit(key, Drop(env.from_, env.correlation_id))
             return
-        error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"agents do not know '{command.command}'")
+        error = wire.ErrorInfo(
+            ErrorCode.E_UNKNOWN_COMMAND, f"agents do not know '{command.command}'"
+        )
         self._answer_control(env.from_, env.correlation_id, wire.ControlReply(False, error=error))
 
     def _answer_control(
@@ -351,7 +354,7 @@ class AgentProcess:
             result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
         except Exception as exc:  # a bug in the loop: answer with an error, keep serving
             self.log.exception("turn failed", instanceKey=key)
-            error = wire.ErrorInfo("E_TURN_FAILED", f"{type(exc).__name__}: {exc}")
+            error = wire.ErrorInfo(ErrorCode.E_TURN_FAILED, f"{type(exc).__name__}: {exc}")
             result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
         self._reply(job, result)
         instance.last_turn_at = time.monotonic()
@@ -386,7 +389,7 @@ class AgentProcess:
             self._to_requester(job, wire.DELEGATE_RESULT, result)
         except zmtp.MessageTooLarge as exc:  # the requester hears why, not its timeout
             self.log.warning("answer too large to send; an error goes instead", error=str(exc))
-            error = wire.ErrorInfo("MESSAGE_TOO_LARGE", f"the answer is too large: {exc}")
+            error = wire.ErrorInfo(ErrorCode.MESSAGE_TOO_LARGE, f"the answer is too large: {exc}")
             result = wire.DelegateResult(
                 "error", self.name, error=error, instance_key=result.instance_key
             )

@@ -28,6 +28,7 @@ from agentproc.tracing import current_span, new_span_id
 from agentproc.turn_state import Correction, StepOutcome, ToolBatchOutcome, TurnStop
 from goondan.extensions import ErrorDetail, StepResult, TokenUsage
 from goondan.tools import ToolCatalogItem, ToolErrorInfo, ToolResult
+from ipc.error_codes import ErrorCode
 
 if TYPE_CHECKING:
     from agentproc.turn import TurnRun
@@ -52,8 +53,8 @@ MALFORMED_STOP = (
     "Please rephrase the request or try again."
 )
 EMPTY_STOP = "I could not produce an answer after several attempts, so I stopped this turn."
-_MALFORMED_STOP = TurnStop("E_MODEL_MALFORMED_OUTPUT", MALFORMED_STOP)
-_EMPTY = Correction("empty", EMPTY_CORRECTION, TurnStop("E_MODEL_EMPTY_OUTPUT", EMPTY_STOP))
+_MALFORMED_STOP = TurnStop(ErrorCode.E_MODEL_MALFORMED_OUTPUT, MALFORMED_STOP)
+_EMPTY = Correction("empty", EMPTY_CORRECTION, TurnStop(ErrorCode.E_MODEL_EMPTY_OUTPUT, EMPTY_STOP))
 _MALFORMED = Correction("malformed", MALFORMED_CORRECTION, _MALFORMED_STOP)
 _MALFORMED_AGENTS = Correction("malformed", MALFORMED_CORRECTION + AGENTS_EXAMPLE, _MALFORMED_STOP)
 
@@ -188,7 +189,7 @@ def _after_tool_results(run: TurnRun) -> bool:
 def _truncated(name: str) -> ToolResult:
     return ToolResult.fail(
         ToolErrorInfo(
-            code="E_TOOL_CALL_TRUNCATED",
+            code=ErrorCode.E_TOOL_CALL_TRUNCATED,
             name="ToolCallTruncatedError",
             message=f"Not run: the reply hit the output token limit, so the arguments of "
             f"'{name}' may be cut off.",

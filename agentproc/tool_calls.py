@@ -25,6 +25,7 @@ from agentproc.tracing import current_span, new_span_id
 from agentproc.turn_state import ToolBatchOutcome, TurnStop
 from goondan.extensions import ToolCallMiddlewareContext
 from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolProgress, ToolResult
+from ipc.error_codes import ErrorCode
 
 if TYPE_CHECKING:
     from agentproc.tool_registry import ToolEntry
@@ -163,7 +164,7 @@ async def _call(step: StepCtx, assistant: Message, call: ToolCall, names: frozen
             outcome = _Done(run.guard.blocked(call.name))
             if verdict == "stop":
                 outcome.stop = TurnStop(
-                    "E_TOOL_LOOP_DETECTED",
+                    ErrorCode.E_TOOL_LOOP_DETECTED,
                     f"I stopped this turn: the call to {call.name} kept repeating with the same "
                     "arguments and the same result.",
                 )
@@ -206,7 +207,7 @@ async def _through_middleware(
         run.log.exception("toolCall middleware failed", tool=call.name)
         return ToolResult.fail(
             ToolErrorInfo(
-                code="E_TOOL_MIDDLEWARE",
+                code=ErrorCode.E_TOOL_MIDDLEWARE,
                 name=type(exc).__name__,
                 message=truncate_error_message(f"A toolCall middleware failed: {exc}", 1000),
             )
@@ -214,7 +215,7 @@ async def _through_middleware(
     if not isinstance(result, ToolResult):
         return ToolResult.fail(
             ToolErrorInfo(
-                code="E_TOOL_MIDDLEWARE",
+                code=ErrorCode.E_TOOL_MIDDLEWARE,
                 name="MiddlewareError",
                 message=f"A toolCall middleware returned {type(result).__name__}, not a "
                 "ToolResult.",
@@ -312,7 +313,7 @@ def _json_safe(value: Any) -> Any:
 def _cancelled(name: str) -> ToolResult:
     return ToolResult.fail(
         ToolErrorInfo(
-            code="E_TOOL_CANCELLED",
+            code=ErrorCode.E_TOOL_CANCELLED,
             name="ToolCancelledError",
             message=f"The call to '{name}' was cancelled before it finished (the turn stopped).",
         )

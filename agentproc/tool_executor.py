@@ -31,6 +31,7 @@ from agentproc.tool_args import ArgumentsError, parse_arguments, problems, summa
 from agentproc.tool_registry import ToolEntry, ToolRegistry
 from goondan.settings import DEFAULTS
 from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolResult
+from ipc.error_codes import ErrorCode
 
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000
 _TRUNCATION_SUFFIX = "... (truncated)"
@@ -43,7 +44,7 @@ PendingSubmit = Callable[[Pending, ToolEntry], ToolResult]
 class ToolStillRunning(Exception):
     """A sync tool refused because timed-out calls still hold threads."""
 
-    code = "E_TOOL_STILL_RUNNING"
+    code = ErrorCode.E_TOOL_STILL_RUNNING
     suggestion = (
         "Do not call this tool again now: tell the user it is stuck. It becomes available "
         "when the earlier call returns or the agent restarts."
@@ -114,7 +115,7 @@ class ToolExecutor:
         if entry is None:
             return ToolResult.fail(
                 ToolErrorInfo(
-                    code="E_TOOL_NOT_FOUND",
+                    code=ErrorCode.E_TOOL_NOT_FOUND,
                     name="ToolNotFoundError",
                     message=f"Tool '{name}' has no handler in this agent's Tool Registry.",
                     suggestion="Call one of the tools offered in this step.",
@@ -146,7 +147,7 @@ class ToolExecutor:
         except TimeoutError:
             return ToolResult.fail(
                 ToolErrorInfo(
-                    code="E_TOOL_TIMEOUT",
+                    code=ErrorCode.E_TOOL_TIMEOUT,
                     name="ToolTimeoutError",
                     message=f"Tool '{entry.name}' did not finish within {timeout_ms} ms.",
                     suggestion="Try a smaller piece of work, or raise the Tool's "
@@ -249,7 +250,7 @@ def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) ->
         if submit is None:
             return ToolResult.fail(
                 ToolErrorInfo(
-                    code="E_TOOL_PENDING_UNSUPPORTED",
+                    code=ErrorCode.E_TOOL_PENDING_UNSUPPORTED,
                     name="ToolPendingError",
                     message=f"Tool '{entry.name}' returned a Pending result, which cannot be "
                     "run in this context.",
@@ -265,7 +266,7 @@ def _json_checked(name: str, result: ToolResult) -> ToolResult:
     except (TypeError, ValueError, OverflowError) as exc:
         return ToolResult.fail(
             ToolErrorInfo(
-                code="E_TOOL_BAD_OUTPUT",
+                code=ErrorCode.E_TOOL_BAD_OUTPUT,
                 name=type(exc).__name__,
                 message=f"Tool '{name}' returned a value that is not JSON: {exc}",
             )
@@ -296,7 +297,7 @@ def not_in_catalog(name: str, catalog: Collection[str]) -> ToolResult:
     offered = ", ".join(sorted(catalog)) or "none"
     return ToolResult.fail(
         ToolErrorInfo(
-            code="E_TOOL_NOT_IN_CATALOG",
+            code=ErrorCode.E_TOOL_NOT_IN_CATALOG,
             name="ToolNotInCatalogError",
             message=f"Tool '{name}' is not available in the current Tool Catalog.",
             suggestion=f"Call one of the tools offered in this step: {offered}. (An operator "
@@ -318,7 +319,7 @@ def invalid_args(
         suggestion += f" required={required}, allowed={allowed}"
     return ToolResult.fail(
         ToolErrorInfo(
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
             name="ToolInputValidationError",
             message=truncate_error_message(
                 f"Invalid arguments for tool '{name}': {problem}", limit
@@ -341,7 +342,7 @@ def error_info(exc: BaseException, limit: int) -> ToolErrorInfo:
     message = str(exc) or "Unknown tool execution error"
     code = getattr(exc, "code", None)
     return ToolErrorInfo(
-        code=code if isinstance(code, str) and code else "E_TOOL",
+        code=code if isinstance(code, str) and code else ErrorCode.E_TOOL,
         name=type(exc).__name__,
         message=truncate_error_message(message, limit),
         suggestion=_str_or_none(getattr(exc, "suggestion", None)),

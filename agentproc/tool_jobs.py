@@ -35,6 +35,7 @@ from agentproc.tool_executor import error_info, shape_output
 from agentproc.tool_registry import ToolEntry, make_entry
 from agentproc.tracing import TurnTracer, new_span_id
 from goondan.tools import Pending, ToolContext, ToolError, ToolErrorInfo, ToolResult
+from ipc.error_codes import ErrorCode
 
 PENDING_FILE = "pending-tools.json"
 POLL_TOOL = "tool-jobs__poll"
@@ -91,7 +92,7 @@ class ToolJobs:
                 record.finished_at = time.time()
                 record.result = ToolResult.fail(
                     ToolErrorInfo(
-                        code="E_TOOL_INTERRUPTED",
+                        code=ErrorCode.E_TOOL_INTERRUPTED,
                         name="ToolInterruptedError",
                         message=f"The agent process stopped before '{record.tool_name}' "
                         f"(handle {record.handle}) finished.",
@@ -121,7 +122,7 @@ class ToolJobs:
             pending_close(pending.work)
             return ToolResult.fail(
                 ToolErrorInfo(
-                    code="E_TOOL_PENDING_DUPLICATE",
+                    code=ErrorCode.E_TOOL_PENDING_DUPLICATE,
                     name="ToolPendingError",
                     message=f"A job with handle '{handle}' is still running.",
                 )
@@ -213,7 +214,7 @@ class ToolJobs:
     def _settle_now(self, record: JobRecord, problem: str) -> ToolResult:
         del self._records[record.handle]
         self._save()
-        return ToolResult.fail(ToolErrorInfo(code="E_TOOL_BAD_OUTPUT", message=problem))
+        return ToolResult.fail(ToolErrorInfo(code=ErrorCode.E_TOOL_BAD_OUTPUT, message=problem))
 
     def _save(self) -> None:
         if not self._records:
@@ -271,7 +272,7 @@ def poll_entry() -> ToolEntry:
         if status is None:
             raise ToolError(
                 f"No job with handle '{args['handle']}' in this conversation.",
-                code="E_TOOL_JOB_NOT_FOUND",
+                code=ErrorCode.E_TOOL_JOB_NOT_FOUND,
                 suggestion="Use the handle a pending tool result returned.",
             )
         return status

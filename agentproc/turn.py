@@ -66,6 +66,7 @@ from goondan.extensions import (
 from goondan.logs import log_context
 from goondan.settings import DEFAULTS, AgentSettings
 from goondan.tools import AgentRuntime, ToolResult
+from ipc.error_codes import ErrorCode
 
 
 @dataclass
@@ -289,7 +290,7 @@ class TurnRun:
         except Exception as exc:  # a bug in middleware or the loop: an answer, not a crash
             self.log.exception("turn failed")
             message = f"The turn failed: {type(exc).__name__}: {exc}"
-            result = self.result("error", message, ErrorDetail("E_TURN_FAILED", message))
+            result = self.result("error", message, ErrorDetail(ErrorCode.E_TURN_FAILED, message))
         self.conversation.flush()
         self.instance.end_turn()
         ok = result.finish_reason in ("text_response", "max_steps")
@@ -364,7 +365,7 @@ class TurnRun:
                 self.append(Message(id=self.next_id(), role="assistant", content=message))
                 return self.result("error", message, ErrorDetail(state.stop.code, message))
             if step.status == "failed":
-                error = step.error or ErrorDetail("E_STEP_FAILED", "the step failed")
+                error = step.error or ErrorDetail(ErrorCode.E_STEP_FAILED, "the step failed")
                 text = f"The model call failed ({error.code}): {error.message}"
                 self.append(Message(id=self.next_id(), role="assistant", content=text))
                 return self.result("error", text, ErrorDetail(error.code, text))
@@ -459,7 +460,7 @@ class TurnRun:
         if not found:
             self.log.warning(
                 "message event target not found",
-                code="E_MESSAGE_TARGET_NOT_FOUND",
+                code=ErrorCode.E_MESSAGE_TARGET_NOT_FOUND,
                 targetId=getattr(event, "target_id", None),
             )
             return
@@ -537,7 +538,7 @@ class TurnRun:
         self.append(Message(id=self.next_id(), role="assistant", content=notice))
         last = self.state.last_text
         text = f"{last}\n\n{notice}" if last else notice
-        return self.result("budget", text, ErrorDetail("E_TURN_BUDGET", notice))
+        return self.result("budget", text, ErrorDetail(ErrorCode.E_TURN_BUDGET, notice))
 
 
 async def _turn_core(ctx: TurnCtx) -> TurnResult:

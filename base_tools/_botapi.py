@@ -27,7 +27,7 @@ import httpx
 
 from base_tools._http import guarded_client
 from base_tools._workspace import resolve_path
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 RATE_LIMIT_MAX_WAIT_SECONDS = 5.0
 RATE_LIMIT_RETRIES = 2
@@ -66,7 +66,7 @@ def target(service: Service, args: dict[str, Any]) -> Target:
     if not base_url.startswith(("http://", "https://")):
         raise ToolError(
             f"[{service.name}] apiBaseUrl must be an http(s) URL, got {base_url!r}",
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     token = (args.get("token") or "").strip()
     if token:
@@ -78,14 +78,14 @@ def target(service: Service, args: dict[str, Any]) -> Target:
         raise ToolError(
             f"[{service.name}] bot token not found: pass 'token' or set one of "
             f"{', '.join(service.token_envs)}",
-            code="E_TOKEN_MISSING",
+            code=ErrorCode.E_TOKEN_MISSING,
             suggestion=f"the operator sets {service.token_envs[0]} in the agent's environment",
         )
     if base_url != configured:
         raise ToolError(
             f"[{service.name}] refusing to send the token from the environment to "
             f"{base_url}: only {configured} receives it",
-            code="E_TOKEN_SCOPE",
+            code=ErrorCode.E_TOKEN_SCOPE,
             suggestion=f"leave apiBaseUrl out; the operator may set {service.base_url_env}",
         )
     return Target(env_token.strip(), base_url)
@@ -124,14 +124,14 @@ async def call(service: Service, method: str, token: str, timeout: int, send: Se
     except (TimeoutError, httpx.TimeoutException):
         raise ToolError(
             f"[{service.name}] {method} request timed out after {timeout}ms",
-            code="E_TIMEOUT",
+            code=ErrorCode.E_TIMEOUT,
             suggestion="retry later",
         ) from None
     except httpx.HTTPError as exc:
         raise ToolError(
             f"[{service.name}] {method} request failed: "
             f"{redact(f'{type(exc).__name__}: {exc}', token)}",
-            code="E_REQUEST_FAILED",
+            code=ErrorCode.E_REQUEST_FAILED,
         ) from None
     raise AssertionError("unreachable")
 
@@ -178,7 +178,7 @@ def rate_limited(service: Service, failure: str, answer: Answer) -> ToolError:
     )
     return ToolError(
         f"[{service.name}] {failure}{after}",
-        code="E_RATE_LIMITED",
+        code=ErrorCode.E_RATE_LIMITED,
         suggestion=(
             f"wait {wait:g} seconds (wait__seconds) before calling it again"
             if wait is not None
@@ -207,7 +207,7 @@ def download_limit(args: dict[str, Any]) -> int:
     if not 1 <= limit <= MAX_DOWNLOAD_BYTES:
         raise ToolError(
             f"maxBytes must be between 1 and {MAX_DOWNLOAD_BYTES}, got {limit}",
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     return limit
 
@@ -232,7 +232,7 @@ async def download(
                         raise ToolError(
                             f"[{service.name}] {what} failed: HTTP {response.status_code} "
                             f"{response.reason_phrase} for {shown}",
-                            code="E_DOWNLOAD_FAILED",
+                            code=ErrorCode.E_DOWNLOAD_FAILED,
                         )
                     declared = response.headers.get("content-length", "")
                     if declared.isdigit() and int(declared) > max_bytes:
@@ -250,12 +250,12 @@ async def download(
                     )
     except (TimeoutError, httpx.TimeoutException):
         raise ToolError(
-            f"[{service.name}] {what} timed out after {timeout}ms", code="E_TIMEOUT"
+            f"[{service.name}] {what} timed out after {timeout}ms", code=ErrorCode.E_TIMEOUT
         ) from None
     except httpx.HTTPError as exc:
         raise ToolError(
             f"[{service.name}] {what} failed: {redact(f'{type(exc).__name__}: {exc}', token)}",
-            code="E_DOWNLOAD_FAILED",
+            code=ErrorCode.E_DOWNLOAD_FAILED,
         ) from None
 
 
@@ -263,7 +263,7 @@ def too_large(service: Service, what: str, size: int | None, max_bytes: int) -> 
     size_text = f"{size} bytes" if size is not None else "more than that"
     return ToolError(
         f"[{service.name}] {what}: the file is {size_text}, over maxBytes {max_bytes}",
-        code="E_FILE_TOO_LARGE",
+        code=ErrorCode.E_FILE_TOO_LARGE,
         suggestion=f"raise maxBytes (at most {MAX_DOWNLOAD_BYTES})",
     )
 
@@ -286,7 +286,7 @@ def file_payload(
         if path.is_dir():
             raise ToolError(
                 f"savePath {save_to!r} is a directory",
-                code="E_IS_DIRECTORY",
+                code=ErrorCode.E_IS_DIRECTORY,
                 suggestion="give a file name inside it",
             )
         path.parent.mkdir(parents=True, exist_ok=True)

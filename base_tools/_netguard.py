@@ -25,7 +25,7 @@ from base_tools._policy import (
     HttpPolicy,
     IPAddress,
 )
-from goondan import ToolError
+from goondan import ErrorCode, ToolError
 
 # Metadata services of the big clouds; most are link-local or private anyway, Azure's is not.
 CLOUD_METADATA = frozenset(
@@ -45,7 +45,7 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 class BlockedAddressError(ToolError):
     """The guard refused a connection; raised before any packet is sent to that address."""
 
-    code = "E_HTTP_BLOCKED"
+    code = ErrorCode.E_HTTP_BLOCKED
 
 
 def refusal(ip: IPAddress) -> str | None:

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from goondan import ToolError
+from goondan import ErrorCode, ToolError
 
 FS_ALLOW_OUTSIDE_WORKDIR = "GOONDAN_FS_ALLOW_OUTSIDE_WORKDIR"
 FS_ALLOW_PATHS = "GOONDAN_FS_ALLOW_PATHS"
@@ -49,7 +49,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 class PolicyError(ToolError):
-    code = "E_TOOL_POLICY"
+    code = ErrorCode.E_TOOL_POLICY
 
 
 def _setting_error(name: str, value: str, expected: str) -> PolicyError:

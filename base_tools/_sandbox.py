@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from base_tools._policy import TOOL_SANDBOX, tool_sandbox_enabled
-from goondan import ToolError
+from goondan import ErrorCode, ToolError
 
 # Runs as root of the new user namespace, before the command: covers the state root, binds the
 # workdir back (opened first, so it is still reachable under the cover; --no-canonicalize makes
@@ -45,7 +45,7 @@ exec "$@"
 
 
 class SandboxError(ToolError):
-    code = "E_TOOL_SANDBOX"
+    code = ErrorCode.E_TOOL_SANDBOX
 
 
 def hidden_root() -> Path:

@@ -27,7 +27,7 @@ from base_tools._policy import (
     bash_env_allow,
     bash_output_limit,
 )
-from goondan import ToolError
+from goondan import ErrorCode, ToolError
 
 KILL_GRACE_SECONDS = 0.1  # SIGTERM -> SIGKILL, as upstream
 PIPE_DRAIN_SECONDS = 0.2  # how long pipes are read after the command exits
@@ -111,7 +111,9 @@ async def run(
 ) -> Completed:
     """Run `argv` in the tool sandbox (`_sandbox.py`) confined to `workdir`, starting in `cwd`."""
     if os.path.isabs(argv[0]) and not os.access(argv[0], os.X_OK):
-        raise ToolError(f"cannot start {argv[0]}: not an executable file", code="E_EXEC_FAILED")
+        raise ToolError(
+            f"cannot start {argv[0]}: not an executable file", code=ErrorCode.E_EXEC_FAILED
+        )
     command = _sandbox.wrap(argv, workdir=workdir, cwd=cwd)
     # A namespace's init ignores SIGTERM and its wrapper does too: only SIGKILL ends the jail.
     signals = _KILL_ONLY if command is not argv else _TERM_THEN_KILL
@@ -132,7 +134,7 @@ async def run(
         )
     except OSError as exc:
         raise ToolError(
-            f"cannot start {argv[0]}: {exc.strerror or exc}", code="E_EXEC_FAILED"
+            f"cannot start {argv[0]}: {exc.strerror or exc}", code=ErrorCode.E_EXEC_FAILED
         ) from None
     pgid = transport.get_pid()
     timed_out = False

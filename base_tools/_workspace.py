@@ -16,17 +16,19 @@ import os
 from pathlib import Path
 
 from base_tools._policy import FS_ALLOW_OUTSIDE_WORKDIR, FS_ALLOW_PATHS, fs_policy
-from goondan import ToolError
+from goondan import ErrorCode, ToolError
 
 
 class OutsideWorkdirError(ToolError):
-    code = "E_PATH_OUTSIDE_WORKDIR"
+    code = ErrorCode.E_PATH_OUTSIDE_WORKDIR
 
 
 def resolve_path(workdir: Path, raw: str, *, what: str = "path") -> Path:
     """The real absolute path of `raw` (relative to `workdir`), if the sandbox allows it."""
     if "\x00" in raw:
-        raise ToolError(f"{what} must not contain NUL characters", code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            f"{what} must not contain NUL characters", code=ErrorCode.E_TOOL_INVALID_ARGS
+        )
     root = Path(os.path.realpath(workdir))
     real = Path(os.path.realpath(os.path.join(root, raw)))
     if _inside(real, root):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 
 async def request(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     target = args["target"]
     if not args["input"].strip():
-        raise ToolError("input must not be empty", code="E_TOOL_INVALID_ARGS")
+        raise ToolError("input must not be empty", code=ErrorCode.E_TOOL_INVALID_ARGS)
     if args.get("async"):
         cid = ctx.runtime.request_async(
             target,

@@ -14,7 +14,7 @@ from typing import Any
 
 from base_tools import _subprocess
 from base_tools._workspace import resolve_path
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 SHELL = "/bin/sh"
 DEFAULT_SCRIPT_SHELL = "/bin/bash"
@@ -24,7 +24,7 @@ DEFAULT_TIMEOUT_MS = 30_000
 async def exec_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     command = args["command"]
     if not command.strip():
-        raise ToolError("command must not be empty", code="E_TOOL_INVALID_ARGS")
+        raise ToolError("command must not be empty", code=ErrorCode.E_TOOL_INVALID_ARGS)
     cwd = _working_dir(ctx, args.get("cwd"))
     done = await _subprocess.run(
         [SHELL, "-c", command],
@@ -41,7 +41,7 @@ async def script(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if not path.is_file():
         raise ToolError(
             f"script {args['path']!r} does not exist (looked at {path})",
-            code="E_NOT_FOUND",
+            code=ErrorCode.E_NOT_FOUND,
             suggestion="write it first with file-system__write",
         )
     shell = args.get("shell") or DEFAULT_SCRIPT_SHELL
@@ -63,7 +63,7 @@ def _working_dir(ctx: ToolContext, raw: str | None) -> Path:
     if not cwd.is_dir():
         raise ToolError(
             f"cwd {raw!r} is not an existing directory (looked at {cwd})",
-            code="E_NOT_FOUND",
+            code=ErrorCode.E_NOT_FOUND,
             suggestion="create it with file-system__mkdir",
         )
     return cwd
@@ -73,7 +73,9 @@ def _env(args: dict[str, Any]) -> dict[str, str]:
     extra = {}
     for name, value in (args.get("env") or {}).items():
         if not name or "=" in name or "\x00" in name:
-            raise ToolError(f"env: invalid variable name {name!r}", code="E_TOOL_INVALID_ARGS")
+            raise ToolError(
+                f"env: invalid variable name {name!r}", code=ErrorCode.E_TOOL_INVALID_ARGS
+            )
         extra[name] = _env_value(value)
     return _subprocess.scrubbed_env(extra)
 

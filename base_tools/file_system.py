@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from base_tools._workspace import resolve_path
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 DEFAULT_READ_BYTES = 100_000
 MAX_LIST_ENTRIES = 10_000  # a recursive list of a huge tree would flood the LLM's context
@@ -20,7 +20,7 @@ def read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     path = resolve_path(ctx.workdir, args["path"])
     max_bytes = int(args.get("maxBytes", DEFAULT_READ_BYTES))
     if max_bytes <= 0:
-        raise ToolError("maxBytes must be greater than 0", code="E_TOOL_INVALID_ARGS")
+        raise ToolError("maxBytes must be greater than 0", code=ErrorCode.E_TOOL_INVALID_ARGS)
     _require_file(path, args["path"])
     with _opening(args["path"]):
         with path.open("rb") as handle:
@@ -38,7 +38,7 @@ def write(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if path.is_dir():
         raise ToolError(
             f"{args['path']!r} is a directory",
-            code="E_IS_DIRECTORY",
+            code=ErrorCode.E_IS_DIRECTORY,
             suggestion="write to a file path inside it",
         )
     with _opening(args["path"]):
@@ -56,11 +56,11 @@ def list_entries(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     include_dirs = bool(args.get("includeDirs", True))
     include_files = bool(args.get("includeFiles", True))
     if not root.exists():
-        raise ToolError(f"directory {raw!r} does not exist", code="E_NOT_FOUND")
+        raise ToolError(f"directory {raw!r} does not exist", code=ErrorCode.E_NOT_FOUND)
     if not root.is_dir():
         raise ToolError(
             f"{raw!r} is not a directory",
-            code="E_NOT_A_DIRECTORY",
+            code=ErrorCode.E_NOT_A_DIRECTORY,
             suggestion="use file-system__read for files",
         )
     entries: list[dict[str, Any]] = []
@@ -120,13 +120,13 @@ def _require_file(path: Path, raw: str) -> None:
     if not path.exists():
         raise ToolError(
             f"file {raw!r} does not exist",
-            code="E_NOT_FOUND",
+            code=ErrorCode.E_NOT_FOUND,
             suggestion="check the path with file-system__list",
         )
     if path.is_dir():
         raise ToolError(
             f"{raw!r} is a directory",
-            code="E_IS_DIRECTORY",
+            code=ErrorCode.E_IS_DIRECTORY,
             suggestion="use file-system__list for directories",
         )
 
@@ -137,17 +137,17 @@ def _opening(raw: str) -> Iterator[None]:
     try:
         yield
     except FileExistsError:
-        raise ToolError(f"{raw!r} already exists", code="E_EXISTS") from None
+        raise ToolError(f"{raw!r} already exists", code=ErrorCode.E_EXISTS) from None
     except FileNotFoundError:
         raise ToolError(
             f"{raw!r}: a parent directory does not exist",
-            code="E_NOT_FOUND",
+            code=ErrorCode.E_NOT_FOUND,
             suggestion="create it first, or use recursive: true",
         ) from None
     except PermissionError:
-        raise ToolError(f"{raw!r}: permission denied", code="E_PERMISSION") from None
+        raise ToolError(f"{raw!r}: permission denied", code=ErrorCode.E_PERMISSION) from None
     except OSError as exc:
-        raise ToolError(f"{raw!r}: {exc.strerror or exc}", code="E_IO") from None
+        raise ToolError(f"{raw!r}: {exc.strerror or exc}", code=ErrorCode.E_IO) from None
 
 
 handlers = {"read": read, "write": write, "list": list_entries, "mkdir": mkdir}

@@ -17,7 +17,7 @@ import httpx
 
 from base_tools._http import decode_text, guarded_client, read_limited
 from base_tools._policy import HTTP_MAX_REDIRECTS
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 DEFAULT_TIMEOUT_MS = 30_000
 DEFAULT_MAX_BYTES = 500_000
@@ -65,23 +65,24 @@ async def _fetch(
     except (TimeoutError, httpx.TimeoutException):
         raise ToolError(
             f"{method} {url} timed out after {timeout_ms} ms",
-            code="E_HTTP_TIMEOUT",
+            code=ErrorCode.E_HTTP_TIMEOUT,
             suggestion="retry later or with a larger timeoutMs",
         ) from None
     except httpx.TooManyRedirects:
         raise ToolError(
             f"{method} {url}: too many redirects",
-            code="E_HTTP_TOO_MANY_REDIRECTS",
+            code=ErrorCode.E_HTTP_TOO_MANY_REDIRECTS,
             suggestion=f"the limit is set by {HTTP_MAX_REDIRECTS}",
         ) from None
     except httpx.UnsupportedProtocol as exc:
         raise ToolError(
             f"{method} {url}: unsupported protocol in a redirect ({exc})",
-            code="E_HTTP_UNSUPPORTED_PROTOCOL",
+            code=ErrorCode.E_HTTP_UNSUPPORTED_PROTOCOL,
         ) from None
     except (httpx.HTTPError, httpx.InvalidURL) as exc:
         raise ToolError(
-            f"{method} {url} failed: {type(exc).__name__}: {exc}", code="E_HTTP_REQUEST_FAILED"
+            f"{method} {url} failed: {type(exc).__name__}: {exc}",
+            code=ErrorCode.E_HTTP_REQUEST_FAILED,
         ) from None
     return {
         "url": str(response.url),
@@ -99,15 +100,15 @@ def _checked_url(raw: str) -> str:
     try:
         url = httpx.URL(raw.strip())
     except httpx.InvalidURL as exc:
-        raise ToolError(f"invalid URL {raw!r}: {exc}", code="E_HTTP_INVALID_URL") from None
+        raise ToolError(f"invalid URL {raw!r}: {exc}", code=ErrorCode.E_HTTP_INVALID_URL) from None
     if url.scheme not in SCHEMES:
         raise ToolError(
             f"Unsupported protocol: {url.scheme or '(none)'}: only http and https "
             "URLs can be fetched",
-            code="E_HTTP_UNSUPPORTED_PROTOCOL",
+            code=ErrorCode.E_HTTP_UNSUPPORTED_PROTOCOL,
         )
     if not url.host:
-        raise ToolError(f"invalid URL {raw!r}: no host", code="E_HTTP_INVALID_URL")
+        raise ToolError(f"invalid URL {raw!r}: no host", code=ErrorCode.E_HTTP_INVALID_URL)
     return str(url)
 
 

@@ -10,7 +10,7 @@ import json
 import re
 from typing import Any
 
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 _MISSING = object()
 _TOKEN = re.compile(
@@ -35,7 +35,7 @@ def pick(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ToolError(
             f"pick needs a JSON object, got {_type(data)}",
-            code="E_JSON_TYPE",
+            code=ErrorCode.E_JSON_TYPE,
             suggestion="use json-query__query to reach the object first",
         )
     keys = args["keys"]
@@ -55,11 +55,13 @@ def count(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
 def flatten(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     data = _parse(args["data"])
     if not isinstance(data, list):
-        raise ToolError(f"flatten needs a JSON array, got {_type(data)}", code="E_JSON_TYPE")
+        raise ToolError(
+            f"flatten needs a JSON array, got {_type(data)}", code=ErrorCode.E_JSON_TYPE
+        )
     depth = args.get("depth", 1)
     if depth < 0 or depth != int(depth):
         raise ToolError(
-            f"depth must be a whole number >= 0, got {depth}", code="E_TOOL_INVALID_ARGS"
+            f"depth must be a whole number >= 0, got {depth}", code=ErrorCode.E_TOOL_INVALID_ARGS
         )
     result = _flatten(data, int(depth))
     return {"depth": int(depth), "count": len(result), "result": result}
@@ -81,7 +83,7 @@ def _parse(text: str) -> Any:
     except json.JSONDecodeError as exc:
         raise ToolError(
             f"data is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-            code="E_INVALID_JSON",
+            code=ErrorCode.E_INVALID_JSON,
             suggestion="pass the JSON document as a string",
         ) from None
 
@@ -113,7 +115,7 @@ def _steps(path: str) -> list[str | int]:
         if match is None or match.end() == pos:
             raise ToolError(
                 f"cannot parse path {path!r} at position {pos}: {text[pos:]!r}",
-                code="E_INVALID_PATH",
+                code=ErrorCode.E_INVALID_PATH,
                 suggestion='use dots and brackets, e.g. users[0].name or ["a b"]',
             )
         if match["name"] is not None:

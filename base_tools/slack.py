@@ -16,7 +16,7 @@ import httpx
 
 from base_tools import _botapi
 from base_tools._botapi import Answer, Service, Target
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 SERVICE = Service(
     name="slack",
@@ -64,7 +64,7 @@ async def read(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     limit = int(args.get("limit", 1 if message_ts else 20))
     if not 1 <= limit <= 1000:
         raise ToolError(
-            f"'limit' must be between 1 and 1000, got {limit}", code="E_TOOL_INVALID_ARGS"
+            f"'limit' must be between 1 and 1000, got {limit}", code=ErrorCode.E_TOOL_INVALID_ARGS
         )
     inclusive = args.get("inclusive")
     if inclusive is None and message_ts:
@@ -146,13 +146,14 @@ async def react(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             names.append(name)
     if not names:
         raise ToolError(
-            "Provide 'emoji' or 'emojis' to add a Slack reaction.", code="E_TOOL_INVALID_ARGS"
+            "Provide 'emoji' or 'emojis' to add a Slack reaction.",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     for name in names:
         if re.search(r"\s", name):
             raise ToolError(
                 f"Invalid emoji name '{name}'. Emoji names must not contain whitespace.",
-                code="E_TOOL_INVALID_ARGS",
+                code=ErrorCode.E_TOOL_INVALID_ARGS,
             )
     target = _botapi.target(SERVICE, args)
     for name in names:
@@ -177,7 +178,7 @@ async def download_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
         raise ToolError(
             "Provide 'url' (or 'fileUrl' / 'downloadUrl'): the file's url_private "
             "or url_private_download",
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     max_bytes = _botapi.download_limit(args)
     target = _botapi.target(SERVICE, args)
@@ -196,7 +197,7 @@ async def download_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
         raise ToolError(
             "[slack] downloadFile got an HTML page instead of the file: the token "
             "is probably missing the files:read scope",
-            code="E_DOWNLOAD_FAILED",
+            code=ErrorCode.E_DOWNLOAD_FAILED,
             suggestion="add the files:read scope to the Slack app and reinstall it",
         )
     length = got.headers.get("content-length", "")
@@ -216,9 +217,11 @@ def _check_file_host(url: str, target: Target) -> None:
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
-        raise ToolError(f"invalid url {url!r}: {exc}", code="E_TOOL_INVALID_ARGS") from None
+        raise ToolError(f"invalid url {url!r}: {exc}", code=ErrorCode.E_TOOL_INVALID_ARGS) from None
     if parsed.scheme not in ("http", "https"):
-        raise ToolError(f"Unsupported protocol: {parsed.scheme}:", code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            f"Unsupported protocol: {parsed.scheme}:", code=ErrorCode.E_TOOL_INVALID_ARGS
+        )
     api = httpx.URL(target.base_url)
     host = parsed.host.lower()
     slack_host = parsed.scheme == "https" and any(
@@ -229,7 +232,7 @@ def _check_file_host(url: str, target: Target) -> None:
         raise ToolError(
             f"[slack] downloadFile only fetches Slack files (https://files.slack.com"
             f"/...), not {parsed.host}: the bot token is not sent elsewhere",
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
             suggestion="use http-fetch__get for other URLs",
         )
 
@@ -270,7 +273,9 @@ def _api_error(method: str, answer: Answer, body: dict[str, Any]) -> ToolError:
     failure = f"{method} failed: {reason}"
     if answer.status == 429 or reason == "ratelimited":
         return _botapi.rate_limited(SERVICE, failure, answer)
-    return ToolError(f"[slack] {failure}", code="E_SLACK_API", suggestion=_SUGGESTIONS.get(reason))
+    return ToolError(
+        f"[slack] {failure}", code=ErrorCode.E_SLACK_API, suggestion=_SUGGESTIONS.get(reason)
+    )
 
 
 _SUGGESTIONS = {
@@ -286,14 +291,18 @@ _SUGGESTIONS = {
 def _channel(args: dict[str, Any]) -> str:
     channel = _botapi.first_text(args, ("channelId", "channel"))
     if channel is None:
-        raise ToolError("'channelId' must be a non-empty string", code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            "'channelId' must be a non-empty string", code=ErrorCode.E_TOOL_INVALID_ARGS
+        )
     return channel
 
 
 def _message_ts(args: dict[str, Any]) -> str:
     ts = _botapi.first_text(args, ("messageTs", "ts", "timestamp"))
     if ts is None:
-        raise ToolError("'messageTs' must be a non-empty string", code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            "'messageTs' must be a non-empty string", code=ErrorCode.E_TOOL_INVALID_ARGS
+        )
     return ts
 
 

@@ -16,7 +16,7 @@ import httpx
 
 from base_tools import _botapi
 from base_tools._botapi import Answer, Service, Target
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 SERVICE = Service(
     name="telegram",
@@ -109,7 +109,7 @@ async def react(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
             raise ToolError(
                 "Provide 'emoji' or 'emojis' to set a message reaction, or set "
                 "'clear=true' to remove reactions.",
-                code="E_TOOL_INVALID_ARGS",
+                code=ErrorCode.E_TOOL_INVALID_ARGS,
             )
     reactions = [{"type": "emoji", "emoji": emoji} for emoji in emojis]
     await _call(
@@ -141,7 +141,7 @@ async def set_chat_action(ctx: ToolContext, args: dict[str, Any]) -> dict[str, A
     if normalized not in CHAT_ACTIONS:
         raise ToolError(
             f"Unsupported chat action '{raw}'. Use one of: {', '.join(CHAT_ACTIONS)}.",
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     action = normalized.replace("-", "_")
     await _call("sendChatAction", args, {"chat_id": chat_id, "action": action})
@@ -153,7 +153,7 @@ async def download_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
     if file_id is None:
         raise ToolError(
             "Provide 'fileId' (or 'file_id'): the file_id from a Telegram message",
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     max_bytes = _botapi.download_limit(args)
     target = _botapi.target(SERVICE, args)
@@ -164,7 +164,7 @@ async def download_file(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any
         raise ToolError(
             "[telegram] getFile returned no file_path (the file may be over the "
             "Bot API's 20 MB download limit)",
-            code="E_DOWNLOAD_FAILED",
+            code=ErrorCode.E_DOWNLOAD_FAILED,
         )
     file_size = info.get("file_size")
     if isinstance(file_size, int) and file_size > max_bytes:
@@ -218,7 +218,9 @@ def _api_error(method: str, answer: Answer, body: dict[str, Any], token: str) ->
     failure = f"{method} failed (code {code}): {_botapi.redact(description, token)}"
     if answer.status == 429 or code == 429:
         return _botapi.rate_limited(SERVICE, failure, answer)
-    return ToolError(f"[telegram] {failure}", code="E_TELEGRAM_API", suggestion=_suggestion(code))
+    return ToolError(
+        f"[telegram] {failure}", code=ErrorCode.E_TELEGRAM_API, suggestion=_suggestion(code)
+    )
 
 
 def _suggestion(code: Any) -> str | None:
@@ -238,12 +240,12 @@ def _chat_id(args: dict[str, Any]) -> str:
     value = args.get("chatId")
     if isinstance(value, bool) or value is None:
         raise ToolError(
-            "'chatId' must be a non-empty string or integer", code="E_TOOL_INVALID_ARGS"
+            "'chatId' must be a non-empty string or integer", code=ErrorCode.E_TOOL_INVALID_ARGS
         )
     text = str(value).strip()
     if not text:
         raise ToolError(
-            "'chatId' must be a non-empty string or integer", code="E_TOOL_INVALID_ARGS"
+            "'chatId' must be a non-empty string or integer", code=ErrorCode.E_TOOL_INVALID_ARGS
         )
     return text
 
@@ -256,7 +258,7 @@ def _parse_mode(args: dict[str, Any]) -> str | None:
     if mode is None:
         raise ToolError(
             f"Unsupported parseMode '{raw}'. Use one of: Markdown, MarkdownV2, HTML.",
-            code="E_TOOL_INVALID_ARGS",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     return mode
 

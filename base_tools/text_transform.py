@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from goondan import ToolContext, ToolError
+from goondan import ErrorCode, ToolContext, ToolError
 
 TRIM_MODES = ("both", "start", "end")
 CASES = ("upper", "lower")
@@ -13,7 +13,7 @@ CASES = ("upper", "lower")
 def replace(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     text, search = args["text"], args["search"]
     if search == "":
-        raise ToolError("search must not be empty", code="E_TOOL_INVALID_ARGS")
+        raise ToolError("search must not be empty", code=ErrorCode.E_TOOL_INVALID_ARGS)
     replacement = args.get("replacement", "")
     found = text.count(search)
     replacements = found if args.get("all", False) else min(found, 1)
@@ -39,7 +39,8 @@ def split(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     max_parts = args.get("maxParts")
     if max_parts is not None and (max_parts < 1 or max_parts != int(max_parts)):
         raise ToolError(
-            f"maxParts must be a whole number >= 1, got {max_parts}", code="E_TOOL_INVALID_ARGS"
+            f"maxParts must be a whole number >= 1, got {max_parts}",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     if delimiter == "":
         parts = list(text)
@@ -61,7 +62,8 @@ def trim(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     mode = args.get("mode", "both")
     if mode not in TRIM_MODES:
         raise ToolError(
-            f"mode must be one of {', '.join(TRIM_MODES)}, got {mode!r}", code="E_TOOL_INVALID_ARGS"
+            f"mode must be one of {', '.join(TRIM_MODES)}, got {mode!r}",
+            code=ErrorCode.E_TOOL_INVALID_ARGS,
         )
     result = {"both": text.strip, "start": text.lstrip, "end": text.rstrip}[mode]()
     return {
@@ -76,14 +78,16 @@ def case(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     text, to = args["text"], args["to"]
     if to not in CASES:
         raise ToolError(
-            f"to must be one of {', '.join(CASES)}, got {to!r}", code="E_TOOL_INVALID_ARGS"
+            f"to must be one of {', '.join(CASES)}, got {to!r}", code=ErrorCode.E_TOOL_INVALID_ARGS
         )
     return {"original": text, "result": text.upper() if to == "upper" else text.lower(), "to": to}
 
 
 def _index(value: float, name: str) -> int:
     if value != int(value):
-        raise ToolError(f"{name} must be a whole number, got {value}", code="E_TOOL_INVALID_ARGS")
+        raise ToolError(
+            f"{name} must be a whole number, got {value}", code=ErrorCode.E_TOOL_INVALID_ARGS
+        )
     return int(value)
 
 
@@ -97,7 +101,7 @@ def _text_of(value: Any) -> str:
         return str(value)
     raise ToolError(
         f"parts may hold only strings, numbers and booleans, got {value!r}",
-        code="E_TOOL_INVALID_ARGS",
+        code=ErrorCode.E_TOOL_INVALID_ARGS,
     )
 
 

@@ -18,8 +18,9 @@ from bench.soak_bundle import expected_answer
 from bench.soak_daemon import Generation
 from ipc import wire
 from ipc.endpoints import ipc_endpoint
+from ipc.error_codes import ErrorCode
 
-REFUSAL_CODES = frozenset({"E_STORAGE", "MESSAGE_TOO_LARGE"})
+REFUSAL_CODES = frozenset({ErrorCode.E_STORAGE, ErrorCode.MESSAGE_TOO_LARGE})
 
 
 class Request(msgspec.Struct):

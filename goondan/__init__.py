@@ -67,6 +67,7 @@ from goondan.tools import (
     ToolProgress,
     ToolResult,
 )
+from ipc.error_codes import ErrorCode
 
 __all__ = [
     "Ack",
@@ -83,6 +84,7 @@ __all__ = [
     "DelegateError",
     "DelegateReply",
     "DeliveryFailed",
+    "ErrorCode",
     "ErrorDetail",
     "EventNotAcknowledged",
     "EventRefused",

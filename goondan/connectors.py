@@ -37,6 +37,7 @@ import msgspec
 import structlog
 
 from ipc import wire
+from ipc.error_codes import ErrorCode
 
 ACK_TIMEOUT_S = 10.0  # the orchestrator journals (fsync) and routes; it answers in milliseconds
 DEFAULT_REPLY_TIMEOUT_S = 300.0
@@ -56,7 +57,7 @@ T = TypeVar("T")
 class ConnectorError(Exception):
     """Base of the errors `emit` / `request` raise; `code` is a stable machine-readable code."""
 
-    default_code = "E_CONNECTOR"
+    default_code = ErrorCode.E_CONNECTOR
 
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
@@ -69,30 +70,30 @@ class ConnectorConfigError(ConnectorError):
     the Connection. Raised from `main`, it stops the connector as a start error (exit 3), which
     the orchestrator reports instead of respawning it in a loop."""
 
-    default_code = "E_CONNECTOR_CONFIG"
+    default_code = ErrorCode.E_CONNECTOR_CONFIG
 
 
 class EventRefused(ConnectorError):
     """The orchestrator did not accept the event (no agent to route it to, shutting down...)."""
 
-    default_code = "E_EVENT_REFUSED"
+    default_code = ErrorCode.E_EVENT_REFUSED
 
 
 class EventNotAcknowledged(ConnectorError):
     """No `event_ack` in time: the orchestrator is overloaded or gone. The event may or may not
     have been journaled; a connector whose source redelivers (polling) should not confirm it."""
 
-    default_code = "E_EVENT_ACK_TIMEOUT"
+    default_code = ErrorCode.E_EVENT_ACK_TIMEOUT
 
 
 class ReplyFailed(ConnectorError):
     """The agent's turn ended in an error (`code` from the orchestrator, e.g. E_AGENT_CRASHED)."""
 
-    default_code = "E_REPLY_FAILED"
+    default_code = ErrorCode.E_REPLY_FAILED
 
 
 class ReplyTimeout(ConnectorError):
-    default_code = "E_REPLY_TIMEOUT"
+    default_code = ErrorCode.E_REPLY_TIMEOUT
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ class PendingReply:
         finally:
             self._ctx._results.pop(cid, None)
         if result.status != "ok":
-            error = result.error or wire.ErrorInfo("E_REPLY_FAILED", "the turn failed")
+            error = result.error or wire.ErrorInfo(ErrorCode.E_REPLY_FAILED, "the turn failed")
             raise ReplyFailed(f"{result.target or 'the agent'}: {error.message}", error.code)
         return Reply(result.response or "", result.target, result.instance_key, cid)
 
@@ -386,7 +387,7 @@ class ConnectorContext:
                     f"{self._ack_timeout_s:g} s"
                 ) from None
             if not ack.accepted:
-                error = ack.error or wire.ErrorInfo("E_EVENT_REFUSED", "refused")
+                error = ack.error or wire.ErrorInfo(ErrorCode.E_EVENT_REFUSED, "refused")
                 raise EventRefused(
                     f"the orchestrator refused event '{event.name}': {error.message}", error.code
                 )

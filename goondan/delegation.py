@@ -7,30 +7,31 @@ structured error the orchestrator produced.
 from __future__ import annotations
 
 from goondan.tools import ToolError
+from ipc.error_codes import ErrorCode
 
 
 class DelegateError(ToolError):
-    code = "AGENT_REQUEST_ERROR"
+    code = ErrorCode.AGENT_REQUEST_ERROR
 
 
 class AgentNotFound(DelegateError):
-    code = "AGENT_NOT_FOUND"
+    code = ErrorCode.AGENT_NOT_FOUND
 
 
 class CircularCall(DelegateError):
-    code = "CIRCULAR_CALL_DETECTED"
+    code = ErrorCode.CIRCULAR_CALL_DETECTED
 
 
 class RequestTimeout(DelegateError):
-    code = "AGENT_REQUEST_TIMEOUT"
+    code = ErrorCode.AGENT_REQUEST_TIMEOUT
 
 
 class AgentCrashed(DelegateError):
-    code = "E_AGENT_CRASHED"
+    code = ErrorCode.E_AGENT_CRASHED
 
 
 class DeliveryFailed(DelegateError):
-    code = "IPC_DELIVERY_FAILED"
+    code = ErrorCode.IPC_DELIVERY_FAILED
 
 
 _BY_CODE: dict[str, type[DelegateError]] = {

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import msgspec
 
+from ipc.error_codes import ErrorCode
+
 MAX_KEY_BYTES = 1024  # an instance key longer than this is refused
 MAX_NAME_CHARS = 128  # a directory name (well under the 255 bytes of a path component)
 _HASHED_HEAD = 80
@@ -30,13 +32,13 @@ _PLAIN_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0
 class BadInstanceKey(ValueError):
     """An instance key that cannot name a directory: answered as `E_BAD_INSTANCE_KEY`."""
 
-    code = "E_BAD_INSTANCE_KEY"
+    code = ErrorCode.E_BAD_INSTANCE_KEY
 
 
 class StorageError(Exception):
     """A write that state depends on failed (disk full, I/O error): answered as `E_STORAGE`."""
 
-    code = "E_STORAGE"
+    code = ErrorCode.E_STORAGE
 
     def __init__(self, what: str, path: Path, cause: OSError) -> None:
         reason = cause.strerror or str(cause)

@@ -15,11 +15,13 @@ from typing import Any, Literal, Protocol
 import msgspec
 import structlog
 
+from ipc.error_codes import ErrorCode
+
 
 class ToolError(Exception):
     """An error a handler raises on purpose; `code`, `suggestion` and `help_url` reach the LLM."""
 
-    code = "E_TOOL"
+    code: str = ErrorCode.E_TOOL
 
     def __init__(
         self,
@@ -47,7 +49,7 @@ class ToolErrorInfo(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def __post_init__(self) -> None:
         if not self.code:  # a default of "" keeps `code` on the wire, unlike "E_TOOL" would
-            msgspec.structs.force_setattr(self, "code", "E_TOOL")
+            msgspec.structs.force_setattr(self, "code", ErrorCode.E_TOOL)
 
 
 class ToolResult(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -15,6 +15,7 @@ import structlog
 from goondan.bundle import Bundle, ConnectionSpec, Resource
 from goondan.paths import StorageError
 from ipc import wire
+from ipc.error_codes import ErrorCode
 from orchestrator.ingress import event_text, route_event
 from orchestrator.journal import Journal
 from orchestrator.router import Requester, Router
@@ -69,14 +70,16 @@ class Connections:
             self._route(name, identity, cid, env)
         except Exception as exc:  # a bug here must still answer the connector
             self._log.exception("failed to route a connector event", connection=name)
-            error = wire.ErrorInfo("E_INTERNAL", f"{type(exc).__name__}: {exc}")
+            error = wire.ErrorInfo(ErrorCode.E_INTERNAL, f"{type(exc).__name__}: {exc}")
             self._ack(identity, cid, wire.EventAck(False, error=error))
 
     def _route(self, name: str, identity: bytes, cid: str, env: wire.Envelope) -> None:
         event = wire.decode_payload(env, wire.ConnectorEvent)
         connection = self.connections.get(name)
         if connection is None:
-            self._ack(identity, cid, wire.EventAck(False, error=_error("E_NO_CONNECTION", name)))
+            self._ack(
+                identity, cid, wire.EventAck(False, error=_error(ErrorCode.E_NO_CONNECTION, name))
+            )
             return
         route = route_event(connection.spec, self.entry_agent, event)
         if route is None:
@@ -90,7 +93,9 @@ class Connections:
                 f"event '{event.name}' matched no ingress rule of Connection/{connection.name}"
             )
             self._ack(
-                identity, cid, wire.EventAck(False, error=wire.ErrorInfo("E_NO_ROUTE", message))
+                identity,
+                cid,
+                wire.EventAck(False, error=wire.ErrorInfo(ErrorCode.E_NO_ROUTE, message)),
             )
             return
         payload = wire.Delegate(
@@ -121,7 +126,9 @@ class Connections:
             self._reply_wanted.discard((identity, cid))  # refused at once (e.g. agent left)
             with contextlib.suppress(StorageError):  # a crash now replays it once more
                 self._journal.done(request_id)
-            self._ack(identity, cid, wire.EventAck(False, error=_error("E_NO_ROUTE", route.agent)))
+            self._ack(
+                identity, cid, wire.EventAck(False, error=_error(ErrorCode.E_NO_ROUTE, route.agent))
+            )
             return
         self._ack(identity, cid, wire.EventAck(True, route.agent, route.instance_key))
 

@@ -41,6 +41,7 @@ from goondan.settings import DEFAULTS, Settings
 from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import Dealer, send_once
+from ipc.error_codes import ErrorCode
 
 SIGTERM_GRACE_MS = 5_000
 MAIN_SHARE_OF_GRACE = 0.75  # the rest is for cancelling main, acking and closing
@@ -129,7 +130,7 @@ class ConnectorProcess:
             await self.main(self.ctx)
         except ConnectorConfigError as exc:
             self.log.error("connector cannot run", error=str(exc))
-            error = wire.ErrorInfo("E_CONNECTOR_START", str(exc))
+            error = wire.ErrorInfo(ErrorCode.E_CONNECTOR_START, str(exc))
             self.send(wire.encode(wire.START_ERROR, self.ctx.identity, wire.ORCHESTRATOR, error))
             return EXIT_START_ERROR
         except Exception:
@@ -188,7 +189,7 @@ async def _serve(
         main = import_main(setup)
     except ConnectorConfigError as exc:
         log.error("connector cannot start", error=str(exc))
-        error = wire.ErrorInfo("E_CONNECTOR_START", str(exc))
+        error = wire.ErrorInfo(ErrorCode.E_CONNECTOR_START, str(exc))
         await send_once(
             args.endpoint,
             identity,

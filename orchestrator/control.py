@@ -14,6 +14,7 @@ from typing import Any
 import structlog
 
 from ipc import wire
+from ipc.error_codes import ErrorCode
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -33,14 +34,16 @@ class ControlCommands:
         if handler is None:
             known = ", ".join(sorted(self._handlers))
             message = f"unknown command '{command.command}' (known: {known})"
-            return wire.ControlReply(False, error=wire.ErrorInfo("E_UNKNOWN_COMMAND", message))
+            return wire.ControlReply(
+                False, error=wire.ErrorInfo(ErrorCode.E_UNKNOWN_COMMAND, message)
+            )
         try:
             return wire.ControlReply(True, await handler(command.args))
         except CommandError as exc:
             return wire.ControlReply(False, error=wire.ErrorInfo(exc.code, str(exc)))
         except Exception as exc:  # a bug: answer instead of leaving the client waiting
             structlog.get_logger().exception("control command failed", command=command.command)
-            error = wire.ErrorInfo("E_INTERNAL", f"{type(exc).__name__}: {exc}")
+            error = wire.ErrorInfo(ErrorCode.E_INTERNAL, f"{type(exc).__name__}: {exc}")
             return wire.ControlReply(False, error=error)
 
 
@@ -59,12 +62,12 @@ class AgentCalls:
         self._waiting[cid] = future
         try:
             if not self._send(agent, frame):
-                error = wire.ErrorInfo("E_AGENT_GONE", f"agent '{agent}' is not running")
+                error = wire.ErrorInfo(ErrorCode.E_AGENT_GONE, f"agent '{agent}' is not running")
                 return wire.ControlReply(False, error=error)
             return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             message = f"agent '{agent}' did not answer '{command.command}' in {timeout_s:g} s"
-            return wire.ControlReply(False, error=wire.ErrorInfo("E_TIMEOUT", message))
+            return wire.ControlReply(False, error=wire.ErrorInfo(ErrorCode.E_TIMEOUT, message))
         finally:
             self._waiting.pop(cid, None)
 

@@ -27,6 +27,7 @@ from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire
 from ipc.endpoints import ensure_private_dir, ipc_endpoint
+from ipc.error_codes import ErrorCode
 from ipc.router_socket import RouterSocket, Unroutable, connection_cap
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
@@ -45,7 +46,12 @@ from orchestrator.watch import watch
 # A journaled input delivered again after a restart that fails with one of these is delivered
 # once more later: a disk with room again, or an agent that no longer crashes, may answer it.
 REPLAY_AGAIN_ON = frozenset(
-    {"E_STORAGE", "E_AGENT_CRASHED", "E_AGENT_STOPPED", "AGENT_REQUEST_TIMEOUT"}
+    {
+        ErrorCode.E_STORAGE,
+        ErrorCode.E_AGENT_CRASHED,
+        ErrorCode.E_AGENT_STOPPED,
+        ErrorCode.AGENT_REQUEST_TIMEOUT,
+    }
 )
 
 
@@ -240,7 +246,7 @@ class Daemon:
         if code in REPLAY_AGAIN_ON:
             tries = self._replay_tries[request_id] = self._replay_tries.get(request_id, 0) + 1
             replay = self.settings.daemon
-            if code == "E_STORAGE" or tries < replay.replay_max_tries:
+            if code == ErrorCode.E_STORAGE or tries < replay.replay_max_tries:
                 delay = min(replay.replay_backoff_s * 2 ** (tries - 1), replay.replay_backoff_max_s)
                 self._log.warning(
                     "journaled input failed; delivering it again",
@@ -286,7 +292,9 @@ class Daemon:
         if not ask.done():
             ask.cancel()
             return wire.DelegateResult(
-                "error", self.entry_agent, error=wire.ErrorInfo("E_INTERRUPTED", "interrupted")
+                "error",
+                self.entry_agent,
+                error=wire.ErrorInfo(ErrorCode.E_INTERRUPTED, "interrupted"),
             )
         return ask.result()
 
@@ -313,7 +321,7 @@ class Daemon:
             self._log.exception("draining the processes failed")
         await self.launcher.aclose()
         self.router.fail_all(
-            "E_SHUTTING_DOWN",
+            ErrorCode.E_SHUTTING_DOWN,
             "the orchestrator stopped before answering; the input is kept in its journal "
             "and will be delivered when it starts again",
         )
@@ -613,18 +621,18 @@ class Daemon:
             return
         if exit.start_error is not None:
             self.router.fail_waiting(
-                name, "E_AGENT_START", f"agent '{name}' cannot start: {exit.start_error}"
+                name, ErrorCode.E_AGENT_START, f"agent '{name}' cannot start: {exit.start_error}"
             )
             return
         if crashed and not exit.was_ready and exit.startup_crashes >= 2:
             # Dies before it is ready, again: don't let the requests wait for a fix.
             self.router.fail_waiting(
                 name,
-                "E_AGENT_CRASHED",
+                ErrorCode.E_AGENT_CRASHED,
                 f"agent '{name}' keeps crashing during start-up (exit code {exit.code}, "
                 f"{exit.startup_crashes} times in a row); see the orchestrator's log",
             )
-        code = "E_AGENT_CRASHED" if crashed else "E_AGENT_STOPPED"
+        code = ErrorCode.E_AGENT_CRASHED if crashed else ErrorCode.E_AGENT_STOPPED
         waiting = self.router.agent_gone(
             name,
             code,
@@ -694,18 +702,20 @@ class Daemon:
         if agent is None:
             result = await self.reload()
             if not result["reloaded"]:
-                raise CommandError("E_CONFIG", "\n".join(result["errors"]))
+                raise CommandError(ErrorCode.E_CONFIG, "\n".join(result["errors"]))
             return result
         if agent not in self.supervisor.slots:
             known = ", ".join(sorted(self.supervisor.slots))
-            raise CommandError("AGENT_NOT_FOUND", f"no agent '{agent}' in this swarm ({known})")
+            raise CommandError(
+                ErrorCode.AGENT_NOT_FOUND, f"no agent '{agent}' in this swarm ({known})"
+            )
         await self.restart_agent(agent, fresh=bool(args.get("fresh")))
         return {"restarted": [agent], "fresh": bool(args.get("fresh"))}
 
     async def _cmd_instance_delete(self, args: dict[str, Any]) -> dict[str, Any]:
         key = args.get("instanceKey")
         if not isinstance(key, str):
-            raise CommandError("E_BAD_REQUEST", "instanceKey is required")
+            raise CommandError(ErrorCode.E_BAD_REQUEST, "instanceKey is required")
         try:
             storage_name(key)
         except BadInstanceKey as exc:
@@ -729,7 +739,9 @@ class Daemon:
             if found:
                 deleted.append(f"{swarm}/{storage_name(key)}")
         if not deleted:
-            raise CommandError("INSTANCE_NOT_FOUND", f"no instance '{key}' under {self.paths.root}")
+            raise CommandError(
+                ErrorCode.INSTANCE_NOT_FOUND, f"no instance '{key}' under {self.paths.root}"
+            )
         self.instances.forget(key)
         self._log.info("instance deleted", instanceKey=key, deleted=deleted)
         return {"deleted": deleted}

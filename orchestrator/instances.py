@@ -12,6 +12,7 @@ import msgspec
 
 from goondan.paths import StatePaths
 from ipc import wire
+from ipc.error_codes import ErrorCode
 from orchestrator.control import AgentCalls, CommandError
 
 
@@ -59,7 +60,8 @@ class InstanceRegistry:
             if target not in agents:
                 known = ", ".join(sorted(agents))
                 error = wire.ErrorInfo(
-                    "AGENT_NOT_FOUND", f"Agent '{target}' is not in this swarm (agents: {known})"
+                    ErrorCode.AGENT_NOT_FOUND,
+                    f"Agent '{target}' is not in this swarm (agents: {known})",
                 )
                 return wire.ControlReply(False, error=error)
             key = args.get("instanceKey")
@@ -69,7 +71,9 @@ class InstanceRegistry:
         if command.command == "list":
             found = self.list(caller, owner_key, bool(args.get("includeAll")))
             return wire.ControlReply(True, {"count": len(found), "agents": found})
-        error = wire.ErrorInfo("E_UNKNOWN_COMMAND", f"unknown agent command '{command.command}'")
+        error = wire.ErrorInfo(
+            ErrorCode.E_UNKNOWN_COMMAND, f"unknown agent command '{command.command}'"
+        )
         return wire.ControlReply(False, error=error)
 
 
@@ -92,9 +96,11 @@ async def delete_instance(
     failed = [
         f"{name}: {reply.error.message if reply.error else 'failed'}"
         for name, reply in zip(running_agents, replies, strict=True)
-        if not reply.ok and (reply.error is None or reply.error.code != "E_AGENT_GONE")
+        if not reply.ok and (reply.error is None or reply.error.code != ErrorCode.E_AGENT_GONE)
     ]
     if failed:
-        raise CommandError("E_INSTANCE_BUSY", "the instance was not deleted: " + "; ".join(failed))
+        raise CommandError(
+            ErrorCode.E_INSTANCE_BUSY, "the instance was not deleted: " + "; ".join(failed)
+        )
     dropped = any(reply.ok and reply.result.get("dropped") for reply in replies)
     return paths.delete_instance(swarm, key, workdir=workdir) or dropped

@@ -23,6 +23,7 @@ import structlog
 
 from goondan.settings import DEFAULTS, DaemonSettings
 from ipc import wire, zmtp
+from ipc.error_codes import ErrorCode
 from orchestrator.throttled_log import ThrottledLog
 from orchestrator.timeouts import Timeouts
 
@@ -114,14 +115,16 @@ class Router:
         try:
             routing = wire.decode_payload(env, wire.DelegateRouting)
         except wire.MalformedFrame as exc:
-            self._answer_error(requester, target, "IPC_DELIVERY_FAILED", str(exc), env.trace_id)
+            self._answer_error(
+                requester, target, ErrorCode.IPC_DELIVERY_FAILED, str(exc), env.trace_id
+            )
             return None
         if target not in self.agents:
             known = ", ".join(sorted(self.agents))
             self._answer_error(
                 requester,
                 target,
-                "AGENT_NOT_FOUND",
+                ErrorCode.AGENT_NOT_FOUND,
                 f"Agent '{target}' is not in this swarm (agents: {known})",
                 env.trace_id,
             )
@@ -131,7 +134,7 @@ class Router:
             self._answer_error(
                 requester,
                 target,
-                "CIRCULAR_CALL_DETECTED",
+                ErrorCode.CIRCULAR_CALL_DETECTED,
                 f"Circular call detected: {chain}",
                 env.trace_id,
             )
@@ -141,7 +144,9 @@ class Router:
         try:
             frame = zmtp.check_size(wire.encode_envelope(forwarded))
         except zmtp.MessageTooLarge as exc:  # the agent could not take it
-            self._answer_error(requester, target, "MESSAGE_TOO_LARGE", str(exc), env.trace_id)
+            self._answer_error(
+                requester, target, ErrorCode.MESSAGE_TOO_LARGE, str(exc), env.trace_id
+            )
             return None
         pending = Pending(oid, requester, target, frame, env.trace_id)
         pending.timeout_ms = routing.timeout_ms or self._request_timeout_ms
@@ -229,7 +234,9 @@ class Router:
             self._by_target[name] = {}
             self._inbox[name] = deque()
         for name in self.agents - agents:
-            self.fail_waiting(name, "AGENT_NOT_FOUND", f"Agent '{name}' was removed from the swarm")
+            self.fail_waiting(
+                name, ErrorCode.AGENT_NOT_FOUND, f"Agent '{name}' was removed from the swarm"
+            )
             self._ready.discard(name)
             del self._by_target[name], self._inbox[name]
         self.agents = set(agents)
@@ -306,7 +313,7 @@ class Router:
         self._answer_error(
             pending.requester,
             pending.target,
-            "AGENT_REQUEST_TIMEOUT",
+            ErrorCode.AGENT_REQUEST_TIMEOUT,
             f"Agent request to '{pending.target}' timed out after {pending.timeout_ms}ms",
             pending.trace_id,
         )

@@ -18,6 +18,7 @@ from agentproc.messages import ModelError, ModelReply, ModelRequest
 from agentproc.providers._common import Backend, TextCallback
 from agentproc.providers.resilience import ResilientProvider, RetryPolicy, parse_fallbacks
 from goondan.bundle.model import ModelCapabilities, ModelSpec
+from ipc.error_codes import ErrorCode
 
 
 class Provider(Protocol):
@@ -57,7 +58,7 @@ def make_provider(spec: ModelSpec, api_key: str | None) -> Provider:
                 raise ModelError(
                     f"{where}.apiKeyEnv: the environment variable {fallback.api_key_env} "
                     "is not set; export it, or remove the fallback",
-                    code="E_MODEL_AUTH",
+                    code=ErrorCode.E_MODEL_AUTH,
                 )
         else:
             key = api_key if same and endpoint == spec.endpoint else None
@@ -79,17 +80,17 @@ def make_provider(spec: ModelSpec, api_key: str | None) -> Provider:
         try:
             backend = _backend(fallback_spec, key, fallback_policy)
         except ModelError as exc:
-            if exc.code == "E_MODEL_AUTH" and key is None:
+            if exc.code == ErrorCode.E_MODEL_AUTH and key is None:
                 variable = _KEY_ENV.get(provider, "the variable holding the key")
                 raise ModelError(
                     f"{where}: the {provider} provider needs an API key for "
                     f"{fallback.endpoint or 'its public API'}; set apiKeyEnv to the environment "
                     f"variable that holds it (e.g. apiKeyEnv: {variable})",
-                    code="E_MODEL_AUTH",
+                    code=ErrorCode.E_MODEL_AUTH,
                 ) from None
             raise ModelError(f"{where}: {exc}", code=exc.code) from None
         except ValueError as exc:
-            raise ModelError(f"{where}: {exc}", code="E_MODEL_CONFIG") from None
+            raise ModelError(f"{where}: {exc}", code=ErrorCode.E_MODEL_CONFIG) from None
         chain.append((backend, fallback_policy))
     return ResilientProvider(chain)
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from agentproc.messages import ModelError, ModelReply, ModelRequest
+from ipc.error_codes import ErrorCode
 
 TextCallback = Callable[[str], None]
 """Receives each piece of reply text as a streaming model produces it."""
@@ -19,8 +20,8 @@ ChunkCallback = Callable[[], None]
 """Called for every stream event, text or not: what the first-token and idle timeouts watch."""
 
 # Codes a provider raises besides the ones of the HTTP status mapping.
-E_MODEL_TIMEOUT = "E_MODEL_TIMEOUT"
-E_MODEL_STREAM_INTERRUPTED = "E_MODEL_STREAM_INTERRUPTED"
+E_MODEL_TIMEOUT = ErrorCode.E_MODEL_TIMEOUT
+E_MODEL_STREAM_INTERRUPTED = ErrorCode.E_MODEL_STREAM_INTERRUPTED
 
 
 class Backend(Protocol):
@@ -48,7 +49,7 @@ class ProviderError(ModelError):
         self,
         message: str,
         *,
-        code: str = "E_MODEL",
+        code: str = ErrorCode.E_MODEL,
         retryable: bool = False,
         retry_after: float | None = None,
     ) -> None:
@@ -133,7 +134,7 @@ def positive_number(options: Mapping[str, Any], key: str, default: float, unit: 
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ModelError(
             f"Model.spec.options.{key} must be a positive number of {unit}, got {value!r}",
-            code="E_MODEL_CONFIG",
+            code=ErrorCode.E_MODEL_CONFIG,
         )
     return float(value)
 
@@ -143,7 +144,7 @@ def non_negative_int(options: Mapping[str, Any], key: str, default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ModelError(
             f"Model.spec.options.{key} must be a whole number >= 0, got {value!r}",
-            code="E_MODEL_CONFIG",
+            code=ErrorCode.E_MODEL_CONFIG,
         )
     return value
 
@@ -158,7 +159,7 @@ def headers_option(options: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(headers, dict):
         raise ModelError(
             "Model.spec.options.headers must be a map of header name to value",
-            code="E_MODEL_CONFIG",
+            code=ErrorCode.E_MODEL_CONFIG,
         )
     return {str(k): str(v) for k, v in headers.items()}
 

@@ -54,6 +54,7 @@ from agentproc.providers._common import (
 )
 from agentproc.providers.resilience import POLICY_OPTIONS, RetryPolicy
 from goondan.bundle.model import ModelSpec
+from ipc.error_codes import ErrorCode
 
 DEFAULT_ENDPOINT = "https://api.anthropic.com"
 DEFAULT_MAX_TOKENS = 4096
@@ -248,7 +249,7 @@ class AnthropicProvider:
             )
         else:
             message = f"cannot reach {self.label}: {root_cause(exc)}; check Model.spec.endpoint"
-        return ModelError(message, code="E_MODEL_UNREACHABLE", retryable=True)
+        return ModelError(message, code=ErrorCode.E_MODEL_UNREACHABLE, retryable=True)
 
     def _interrupted(self, reason: str, events: int) -> ModelError:
         return ModelError(
@@ -271,13 +272,13 @@ class AnthropicProvider:
             return ModelError(
                 f"{self.label} rejected the API key ({detail}); check Model.spec.apiKey "
                 f"(e.g. valueFrom.env: {API_KEY_ENV})",
-                code="E_MODEL_AUTH",
+                code=ErrorCode.E_MODEL_AUTH,
             )
         if status == 429:
             hint = f" (retry after {retry_after:g}s)" if retry_after is not None else ""
             return ProviderError(
                 f"{self.label} is rate limiting{hint} ({detail})",
-                code="E_MODEL_RATE_LIMITED",
+                code=ErrorCode.E_MODEL_RATE_LIMITED,
                 retryable=True,
                 retry_after=retry_after,
             )
@@ -285,7 +286,7 @@ class AnthropicProvider:
             state = "overloaded" if status == 529 else "unavailable"
             return ProviderError(
                 f"{self.label} is {state} ({detail})",
-                code="E_MODEL_UNAVAILABLE",
+                code=ErrorCode.E_MODEL_UNAVAILABLE,
                 retryable=True,
                 retry_after=retry_after,
             )
@@ -295,7 +296,8 @@ class AnthropicProvider:
         elif status == 402:
             hint = "; check the account's billing and credit balance"
         return ModelError(
-            f"{self.label} rejected the request ({detail}){hint}", code="E_MODEL_BAD_REQUEST"
+            f"{self.label} rejected the request ({detail}){hint}",
+            code=ErrorCode.E_MODEL_BAD_REQUEST,
         )
 
 
@@ -410,7 +412,7 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
     if message.role == "tool":
         if message.tool_call_id is None:
             raise ModelError(
-                f"tool message {message.id} has no tool_call_id", code="E_MODEL_BAD_REQUEST"
+                f"tool message {message.id} has no tool_call_id", code=ErrorCode.E_MODEL_BAD_REQUEST
             )
         result: dict[str, Any] = {
             "type": "tool_result",
@@ -482,7 +484,7 @@ def _resolve_key(api_key: str | None, endpoint: str | None) -> str:
     raise ModelError(
         f"the anthropic provider needs an API key for {DEFAULT_ENDPOINT}: set Model.spec.apiKey "
         f"(e.g. valueFrom.env: {API_KEY_ENV}) and export {API_KEY_ENV}",
-        code="E_MODEL_AUTH",
+        code=ErrorCode.E_MODEL_AUTH,
     )
 
 

@@ -43,6 +43,7 @@ from agentproc.providers._common import (
 )
 from agentproc.providers.resilience import POLICY_OPTIONS, RetryPolicy
 from goondan.bundle.model import ModelSpec
+from ipc.error_codes import ErrorCode
 
 DEFAULT_ENDPOINT = "https://api.openai.com/v1"
 # Local servers (vLLM, Ollama, llama.cpp) ignore the key, but the SDK insists on one.
@@ -228,7 +229,7 @@ class OpenAIProvider:
             )
         else:
             message = f"cannot reach {self._where()}: {root_cause(exc)}; check Model.spec.endpoint"
-        return ModelError(message, code="E_MODEL_UNREACHABLE", retryable=True)
+        return ModelError(message, code=ErrorCode.E_MODEL_UNREACHABLE, retryable=True)
 
     def _interrupted(self, reason: str, chunks: int) -> ModelError:
         return ModelError(
@@ -250,17 +251,17 @@ class OpenAIProvider:
         if status == 429:
             return ModelError(
                 f"{self._where()} is rate limiting ({detail})",
-                code="E_MODEL_RATE_LIMITED",
+                code=ErrorCode.E_MODEL_RATE_LIMITED,
                 retryable=True,
             )
         if 400 <= status < 500 and status != 408:
             return ModelError(
                 f"{self._where()} rejected the request mid-stream ({detail})",
-                code="E_MODEL_BAD_REQUEST",
+                code=ErrorCode.E_MODEL_BAD_REQUEST,
             )
         return ModelError(
             f"{self._where()} failed mid-stream after {chunks} chunks ({detail})",
-            code="E_MODEL_UNAVAILABLE",
+            code=ErrorCode.E_MODEL_UNAVAILABLE,
             retryable=True,
         )
 
@@ -271,20 +272,20 @@ class OpenAIProvider:
         if status in (401, 403):
             return ModelError(
                 f"{self._where()} rejected the API key ({detail}); check Model.spec.apiKey",
-                code="E_MODEL_AUTH",
+                code=ErrorCode.E_MODEL_AUTH,
             )
         if status == 429:
             hint = f" (retry after {retry_after:g}s)" if retry_after is not None else ""
             return ProviderError(
                 f"{self._where()} is rate limiting{hint} ({detail})",
-                code="E_MODEL_RATE_LIMITED",
+                code=ErrorCode.E_MODEL_RATE_LIMITED,
                 retryable=True,
                 retry_after=retry_after,
             )
         if status == 408 or status >= 500:
             return ProviderError(
                 f"{self._where()} is unavailable ({detail})",
-                code="E_MODEL_UNAVAILABLE",
+                code=ErrorCode.E_MODEL_UNAVAILABLE,
                 retryable=True,
                 retry_after=retry_after,
             )
@@ -296,7 +297,7 @@ class OpenAIProvider:
             )
         return ModelError(
             f"{self._where()} rejected the request ({detail}){hint}",
-            code="E_MODEL_BAD_REQUEST",
+            code=ErrorCode.E_MODEL_BAD_REQUEST,
         )
 
 
@@ -346,7 +347,7 @@ def _resolve_key(api_key: str | None, endpoint: str | None) -> str:
         f"the openai provider needs an API key for {DEFAULT_ENDPOINT}: set Model.spec.apiKey "
         "(e.g. valueFrom.env: OPENAI_API_KEY), or set Model.spec.endpoint to a local "
         "OpenAI-compatible server",
-        code="E_MODEL_AUTH",
+        code=ErrorCode.E_MODEL_AUTH,
     )
 
 
@@ -366,7 +367,7 @@ def _wire_message(message: Message) -> dict[str, Any]:
     if message.role == "tool":
         if message.tool_call_id is None:
             raise ModelError(
-                f"tool message {message.id} has no tool_call_id", code="E_MODEL_BAD_REQUEST"
+                f"tool message {message.id} has no tool_call_id", code=ErrorCode.E_MODEL_BAD_REQUEST
             )
         return {
             "role": "tool",

@@ -56,6 +56,7 @@ from agentproc.providers._common import (
     non_negative_int,
     retry_after_of,
 )
+from ipc.error_codes import ErrorCode
 
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_BASE_DELAY_SECONDS = 0.5
@@ -153,7 +154,7 @@ def parse_fallbacks(options: Mapping[str, Any]) -> list[FallbackSpec]:
         raise ModelError(
             "Model.spec.options.fallbacks must be a list of models, e.g. "
             "[{provider: anthropic, model: claude-sonnet-4-5, apiKeyEnv: ANTHROPIC_API_KEY}]",
-            code="E_MODEL_CONFIG",
+            code=ErrorCode.E_MODEL_CONFIG,
         )
     fallbacks = []
     for index, item in enumerate(raw):
@@ -166,13 +167,13 @@ def parse_fallbacks(options: Mapping[str, Any]) -> list[FallbackSpec]:
             raise ModelError(
                 f"{where}: {exc} (expected a model name or "
                 "{model, provider?, endpoint?, apiKeyEnv?, streaming?, options?})",
-                code="E_MODEL_CONFIG",
+                code=ErrorCode.E_MODEL_CONFIG,
             ) from None
         if "fallbacks" in spec.options:
             raise ModelError(
                 f"{where}.options.fallbacks: a fallback cannot have fallbacks of its own; "
                 "list every model in Model.spec.options.fallbacks, in order",
-                code="E_MODEL_CONFIG",
+                code=ErrorCode.E_MODEL_CONFIG,
             )
         fallbacks.append(spec)
     return fallbacks
@@ -413,6 +414,6 @@ def _number(
         bound = ">= 0" if allow_zero else "> 0"
         raise ModelError(
             f"Model.spec.options.{key} must be a number of {unit} {bound}, got {value!r}",
-            code="E_MODEL_CONFIG",
+            code=ErrorCode.E_MODEL_CONFIG,
         )
     return float(value)

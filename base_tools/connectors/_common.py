@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from goondan import ConnectorConfigError, ConnectorContext
+from goondan import ConnectorConfigError, ConnectorContext, ErrorCode
 
 DEFAULT_HOST = "127.0.0.1"
 SHUTDOWN_TIMEOUT_S = 3.0  # in-flight requests get this long once the connector is stopping
@@ -175,7 +175,7 @@ async def serve_post(
                 ctx.logger.warning(f"[{name}] request body too slow", seconds=body_timeout)
                 response = json_error(
                     408,
-                    "E_BODY_TIMEOUT",
+                    ErrorCode.E_BODY_TIMEOUT,
                     f"the request body did not arrive within {body_timeout} s",
                 )
                 response.force_close()

@@ -31,7 +31,7 @@ from base_tools.connectors._common import (
     serve_post,
     text_field,
 )
-from goondan import ConnectorContext, EventRefused
+from goondan import ConnectorContext, ErrorCode, EventRefused
 
 SECRET_KEYS = ("GITHUB_WEBHOOK_SECRET", "WEBHOOK_SECRET", "SIGNING_SECRET", "signingSecret")
 NAMES = {
@@ -106,13 +106,15 @@ async def main(ctx: ConnectorContext) -> None:
             body, request.headers.get("X-Hub-Signature-256"), webhook_secret
         ):
             ctx.logger.warning("[github] signature verification failed")
-            return json_error(401, "E_BAD_SIGNATURE", "missing or invalid X-Hub-Signature-256")
+            return json_error(
+                401, ErrorCode.E_BAD_SIGNATURE, "missing or invalid X-Hub-Signature-256"
+            )
         event_type = request.headers.get("X-GitHub-Event", "").strip()
         if not event_type:
-            return json_error(400, "E_BAD_PAYLOAD", "missing X-GitHub-Event header")
+            return json_error(400, ErrorCode.E_BAD_PAYLOAD, "missing X-GitHub-Event header")
         payload = parse_body(request.content_type, body)
         if payload is None:
-            return json_error(400, "E_BAD_PAYLOAD", "the body must be a JSON object")
+            return json_error(400, ErrorCode.E_BAD_PAYLOAD, "the body must be a JSON object")
         if event_type == "ping":
             return web.json_response({"ok": True, "zen": payload.get("zen")})
         event = to_event(event_type, payload, request.headers.get("X-GitHub-Delivery"))

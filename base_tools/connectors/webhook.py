@@ -45,6 +45,7 @@ from base_tools.connectors._replay import TOLERANCE_S, ReplayGuard
 from goondan import (
     ConnectorConfigError,
     ConnectorContext,
+    ErrorCode,
     EventNotAcknowledged,
     EventRefused,
     ReplyFailed,
@@ -122,18 +123,18 @@ async def main(ctx: ConnectorContext) -> None:
             )
             return json_error(
                 401,
-                "E_BAD_SIGNATURE",
+                ErrorCode.E_BAD_SIGNATURE,
                 f"missing or invalid signature (HMAC-SHA256 of '<{TIMESTAMP_HEADER}>.<body>')",
             )
         problem = replays.timestamp_problem(timestamp)
         if problem is not None:
             ctx.logger.warning("[webhook] stale timestamp refused", problem=problem)
-            return json_error(401, "E_STALE_TIMESTAMP", problem)
+            return json_error(401, ErrorCode.E_STALE_TIMESTAMP, problem)
         assert signature is not None
         key = signature.strip().removeprefix("sha256=")
         if not replays.take(key):
             ctx.logger.warning("[webhook] replayed request refused")
-            return json_error(409, "E_REPLAYED", "this signed request was already taken")
+            return json_error(409, ErrorCode.E_REPLAYED, "this signed request was already taken")
         try:
             response = await emit(request, body)
         except BaseException:
@@ -146,7 +147,7 @@ async def main(ctx: ConnectorContext) -> None:
     async def emit(request: web.Request, body: bytes) -> web.StreamResponse:
         payload = parse_object(body)
         if payload is None:
-            return json_error(400, "E_BAD_PAYLOAD", "the body must be a JSON object")
+            return json_error(400, ErrorCode.E_BAD_PAYLOAD, "the body must be a JSON object")
         event = parse_payload(payload, default_event=default_event, default_key=default_key)
         wait = truthy(payload.get("wait")) or truthy(request.query.get("wait", ""))
         try:
@@ -158,7 +159,7 @@ async def main(ctx: ConnectorContext) -> None:
                 )
             reply = await ctx.request(**event, timeout_s=wait_timeout)
         except (ValueError, TypeError) as exc:
-            return json_error(400, "E_BAD_PAYLOAD", str(exc))
+            return json_error(400, ErrorCode.E_BAD_PAYLOAD, str(exc))
         except EventRefused as exc:
             return json_error(422, exc.code, exc.message)
         except EventNotAcknowledged as exc:

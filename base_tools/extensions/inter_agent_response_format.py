@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from base_tools.extensions import _config
-from goondan import ExtensionApi, ReplaceMessage, StepMiddlewareContext, StepResult
+from goondan import ErrorCode, ExtensionApi, ReplaceMessage, StepMiddlewareContext, StepResult
 
 KEY = "__goondanInterAgentResponse"
 DONE = "__goondanInterAgentResponseFormatted"
@@ -50,7 +50,7 @@ def _text(info: dict[str, Any], me: str, with_metadata: bool) -> str:
     )
     error = info.get("error")
     if isinstance(error, dict):
-        body = f"error({error.get('code', 'E_UNKNOWN')}): {error.get('message', '')}"
+        body = f"error({error.get('code', ErrorCode.E_UNKNOWN)}): {error.get('message', '')}"
     else:
         response = info.get("response")
         body = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)

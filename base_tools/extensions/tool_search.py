@@ -16,6 +16,7 @@ from typing import Any
 
 from base_tools.extensions import _config
 from goondan import (
+    ErrorCode,
     ExtensionApi,
     StepMiddlewareContext,
     StepResult,
@@ -46,7 +47,7 @@ def register(api: ExtensionApi, config: dict[str, Any]) -> None:
         if len(query) < min_query:
             raise ToolError(
                 f"The query must be at least {min_query} characters.",
-                code="E_TOOL_SEARCH_QUERY",
+                code=ErrorCode.E_TOOL_SEARCH_QUERY,
                 suggestion='Search for a word from the task, or "*" for every tool.',
             )
         found = [tool for tool in catalog if _matches(query, tool)][:limit]

@@ -13,6 +13,7 @@ import msgspec
 from goondan.cli.client import ControlClient, NotRunning, daemon_running
 from goondan.paths import StatePaths
 from ipc import wire, zmtp
+from ipc.error_codes import ErrorCode
 
 EXIT_FAILED = 1
 EXIT_NOT_RUNNING = 2
@@ -36,7 +37,10 @@ def dispatch(args: argparse.Namespace) -> int:
         print(f"goondan: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except zmtp.MessageTooLarge as exc:
-        print(f"goondan: MESSAGE_TOO_LARGE: the request is not sent: {exc}", file=sys.stderr)
+        print(
+            f"goondan: {ErrorCode.MESSAGE_TOO_LARGE}: the request is not sent: {exc}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
 
 
