@@ -90,7 +90,7 @@ class PeerClient:
         finally:
             self._waiting.pop(cid, None)
 
-    async def call_orchestrator(self, command: str, args: dict[str, Any]) -> Any:
+    async def call_orchestrator(self, command: str, args: wire.SpawnArgs | wire.ListArgs) -> Any:
         """A command for the orchestrator itself (`spawn`, `list`); raises `DelegateError`."""
         cid = f"c{next(self._ids)}"
         future: asyncio.Future[wire.ControlReply] = asyncio.get_running_loop().create_future()
@@ -99,7 +99,7 @@ class PeerClient:
             wire.CONTROL,
             self.agent_name,
             wire.ORCHESTRATOR,
-            wire.Control(command, args),
+            wire.control(command, args),
             correlation_id=cid,
         )
         try:
@@ -231,12 +231,12 @@ class TurnRuntime:
         self._peers.send_event(target, payload, self._trace_id, current_span.get())
 
     async def spawn(self, target: str, *, instance_key: str | None = None) -> dict[str, Any]:
-        args = {"target": target, "instanceKey": instance_key, "owner": self._instance_key}
+        args = wire.SpawnArgs(target, instance_key, self._instance_key)
         result: dict[str, Any] = await self._peers.call_orchestrator("spawn", args)
         return result
 
     async def list(self, *, include_all: bool = False) -> dict[str, Any]:
-        args = {"includeAll": include_all, "owner": self._instance_key}
+        args = wire.ListArgs(include_all, self._instance_key)
         result: dict[str, Any] = await self._peers.call_orchestrator("list", args)
         return result
 

@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -118,6 +119,7 @@ class AgentProcess:
         self._shutdown: wire.Shutdown | None = None
         self.durability = storage.durability
         self._log_limit = LogLimit()  # for frames we drop: a flood must not flood the log
+        self._handlers = self._message_handlers()
 
     # -- wire --------------------------------------------------------------------------------
 
@@ -142,24 +144,37 @@ class AgentProcess:
         if held is not None:
             self.log.warning(what, error=error, alsoDroppedSinceLastLine=held)
 
+    def _message_handlers(self) -> dict[str, Callable[[wire.Envelope], None]]:
+        """`{type: handler}` for the types an agent receives (`wire.received_by("agent")`)."""
+        return {
+            wire.DELEGATE: self._accept,
+            wire.EVENT: self._accept,
+            wire.DELEGATE_RESULT: self._on_delegate_result,
+            wire.CONTROL_REPLY: self._on_control_reply,
+            wire.CONTROL: self._on_control,
+            wire.SHUTDOWN: self._on_shutdown,
+        }
+
     def _dispatch(self, env: wire.Envelope) -> None:
-        if env.type == wire.DELEGATE or env.type == wire.EVENT:
-            self._accept(env)
-        elif env.type == wire.DELEGATE_RESULT:
-            result = wire.decode_payload(env, wire.DelegateResult)
-            if not self.peers.resolve(env.correlation_id, result):
-                self.log.debug("late delegate_result dropped", correlationId=env.correlation_id)
-        elif env.type == wire.CONTROL_REPLY:
-            reply = wire.decode_payload(env, wire.ControlReply)
-            if not self.peers.resolve_call(env.correlation_id, reply):
-                self.log.debug("late control_reply dropped", correlationId=env.correlation_id)
-        elif env.type == wire.CONTROL:
-            self._on_control(env)
-        elif env.type == wire.SHUTDOWN:
-            self._shutdown = wire.decode_payload(env, wire.Shutdown)
-            self._stop.set()
+        handler = self._handlers.get(env.type)
+        if handler is None:
+            self._warn_dropped("dropped frame of unknown type", f"{env.type} from {env.from_}")
         else:
-            self.log.warning("dropped frame of unknown type", type=env.type, sender=env.from_)
+            handler(env)
+
+    def _on_delegate_result(self, env: wire.Envelope) -> None:
+        result = wire.decode_payload(env, wire.DelegateResult)
+        if not self.peers.resolve(env.correlation_id, result):
+            self.log.debug("late delegate_result dropped", correlationId=env.correlation_id)
+
+    def _on_control_reply(self, env: wire.Envelope) -> None:
+        reply = wire.decode_payload(env, wire.ControlReply)
+        if not self.peers.resolve_call(env.correlation_id, reply):
+            self.log.debug("late control_reply dropped", correlationId=env.correlation_id)
+
+    def _on_shutdown(self, env: wire.Envelope) -> None:
+        self._shutdown = wire.decode_payload(env, wire.Shutdown)
+        self._stop.set()
 
     def _accept(self, env: wire.Envelope) -> None:
         try:
@@ -218,15 +233,20 @@ class AgentProcess:
         )
 
     def _on_control(self, env: wire.Envelope) -> None:
-        """A command from the orchestrator; `instance.drop` is the only one so far."""
+        """A command from the orchestrator (`wire.DAEMON_COMMANDS`): `instance.drop` so far."""
         command = wire.decode_payload(env, wire.Control)
-        key = command.args.get("instanceKey")
-        if command.command == "instance.drop" and isinstance(key, str) and key:
-            self.queues.submit(key, Drop(env.from_, env.correlation_id))
-            return
-        error = wire.ErrorInfo(
-            ErrorCode.E_UNKNOWN_COMMAND, f"agents do not know '{command.command}'"
-        )
+        if command.command not in wire.DAEMON_COMMANDS:
+            error = wire.ErrorInfo(
+                ErrorCode.E_UNKNOWN_COMMAND, f"agents do not know '{command.command}'"
+            )
+        else:
+            try:
+                drop = wire.decode_args(command, wire.InstanceDropArgs)
+            except wire.BadArgs as exc:
+                error = wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc))
+            else:
+                self.queues.submit(drop.instance_key, Drop(env.from_, env.correlation_id))
+                return
         self._answer_control(env.from_, env.correlation_id, wire.ControlReply(False, error=error))
 
     def _answer_control(
@@ -243,7 +263,7 @@ class AgentProcess:
         existed = directory.exists()
         shutil.rmtree(directory, ignore_errors=True)
         self.log.info("instance deleted", instanceKey=key)
-        reply = wire.ControlReply(True, {"dropped": existed or instance is not None})
+        reply = wire.ControlReply(True, wire.Dropped(existed or instance is not None))
         self._answer_control(job.reply_to, job.correlation_id, reply)
 
     # -- work --------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ message without decoding (or re-encoding) its body. Field names are camelCase on
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, NamedTuple, TypeVar
 
 import msgspec
 
@@ -28,7 +28,7 @@ RESTART_REQUEST: Final = "restart_request"  # an agent asks for a swarm restart 
 CONNECTOR_EVENT: Final = "connector_event"  # a connector process -> orchestrator
 EVENT_ACK: Final = "event_ack"  # orchestrator -> connector: journaled (or refused), same id
 TURN_UPDATE: Final = "turn_update"  # agent -> requester, while a turn runs (same correlationId)
-CONTROL: Final = "control"  # CLI -> orchestrator command
+CONTROL: Final = "control"  # a command: CLI or agent -> orchestrator, orchestrator -> agent
 CONTROL_REPLY: Final = "control_reply"
 
 ORCHESTRATOR: Final = "orchestrator"  # the `to`/`from` name of the broker itself
@@ -151,15 +151,197 @@ class Empty(msgspec.Struct, frozen=True):
     pass
 
 
+# -- control commands -----------------------------------------------------------------------
+# A `control` payload is `{command, args}`. `args` stays `msgspec.Raw` in the envelope, so any
+# receiver can read the command name first and then decode the args with that command's Struct
+# (`decode_args`); an unknown command or bad args are answered with an error, never a crash.
+
+NO_ARGS: Final = msgspec.Raw(b"\x80")  # an empty map; omitted on the wire (compared by identity)
+
+
 class Control(msgspec.Struct, frozen=True, omit_defaults=True):
-    command: str  # "send" | "status" | "stop"
-    args: dict[str, Any] = {}
+    command: str
+    args: msgspec.Raw = NO_ARGS
+
+
+class StatusArgs(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`status` (CLI -> orchestrator): the daemon's pid, swarm and process table."""
+
+
+class StopArgs(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`stop` (CLI -> orchestrator): stop the daemon and its processes."""
+
+
+class RestartArgs(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`restart` (CLI -> orchestrator): reload the bundle, or restart one agent."""
+
+    agent: str | None = None
+    fresh: bool = False  # with `agent`: delete its conversations too
+
+
+class InstanceDeleteArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`instance.delete` (CLI -> orchestrator): delete an instance while the daemon runs."""
+
+    instance_key: str
+    swarm: str | None = None
+    workdir: bool = False
+
+
+class SpawnArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`spawn` (agent -> orchestrator, `agents__spawn`): prepare an instance of `target`."""
+
+    target: str
+    instance_key: str | None = None
+    owner: str = ""  # the caller's instance key
+
+
+class ListArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`list` (agent -> orchestrator, `agents__list`): the instances the caller spawned."""
+
+    include_all: bool = False
+    owner: str = ""
+
+
+class InstanceDropArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`instance.drop` (orchestrator -> agent): forget an instance and remove its files."""
+
+    instance_key: Annotated[str, msgspec.Meta(min_length=1)]
+
+
+ControlArgs = (
+    StatusArgs
+    | StopArgs
+    | RestartArgs
+    | InstanceDeleteArgs
+    | SpawnArgs
+    | ListArgs
+    | InstanceDropArgs
+)
+CLI_COMMANDS: Final[dict[str, type[ControlArgs]]] = {
+    "status": StatusArgs,
+    "stop": StopArgs,
+    "restart": RestartArgs,
+    "instance.delete": InstanceDeleteArgs,
+}
+"""The commands of control.sock (`goondan status/stop/restart/instance delete`)."""
+AGENT_COMMANDS: Final[dict[str, type[ControlArgs]]] = {
+    "spawn": SpawnArgs,
+    "list": ListArgs,
+}
+"""What an agent process may ask the orchestrator itself (on agents.sock)."""
+DAEMON_COMMANDS: Final[dict[str, type[ControlArgs]]] = {
+    "instance.drop": InstanceDropArgs,
+}
+"""What the orchestrator asks an agent process (`AgentCalls`)."""
 
 
 class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
     ok: bool
-    result: Any = None
+    result: Any = None  # JSON-like: a dict, or a Struct on the sending side (`Dropped`...)
     error: ErrorInfo | None = None
+
+
+class Spawned(msgspec.Struct, frozen=True, rename="camel"):
+    """The result of `spawn`."""
+
+    target: str
+    instance_key: str
+    spawned: bool = True
+
+
+class Dropped(msgspec.Struct, frozen=True):
+    """The result of `instance.drop`: whether the agent had the instance."""
+
+    dropped: bool
+
+
+class Listed(msgspec.Struct, frozen=True):
+    """The result of `list`: the instances, as `{target, instanceKey, ownerAgent, ...}`."""
+
+    count: int
+    agents: list[dict[str, Any]]
+
+
+class Stopping(msgspec.Struct, frozen=True):
+    """The result of `stop`."""
+
+    stopping: bool = True
+
+
+class Deleted(msgspec.Struct, frozen=True):
+    """The result of `instance.delete`: `swarm/instance` directories removed."""
+
+    deleted: list[str]
+
+
+# -- message types ------------------------------------------------------------------------
+
+Kind = Literal["agent", "connector"]
+MessageTag = Literal[
+    "delegate",
+    "delegate_result",
+    "event",
+    "shutdown",
+    "shutdown_ack",
+    "ready",
+    "start_error",
+    "heartbeat",
+    "restart_request",
+    "connector_event",
+    "event_ack",
+    "turn_update",
+    "control",
+    "control_reply",
+]
+
+
+class MessageType(NamedTuple):
+    """One message type on agents.sock: its tag, its payload, and which kinds of process send
+    it to the orchestrator (`sent_by`) or receive it from there (`received_by`). Each receiver
+    builds its `{type: handler}` table for these, and the orchestrator drops a type a kind does
+    not send."""
+
+    tag: MessageTag
+    payload: type[msgspec.Struct]
+    sent_by: frozenset[Kind] = frozenset()
+    received_by: frozenset[Kind] = frozenset()
+
+
+_AGENT: Final[frozenset[Kind]] = frozenset({"agent"})
+_CONNECTOR: Final[frozenset[Kind]] = frozenset({"connector"})
+_BOTH: Final[frozenset[Kind]] = frozenset({"agent", "connector"})
+
+MESSAGES: Final[dict[str, MessageType]] = {
+    m.tag: m
+    for m in (
+        MessageType(DELEGATE, Delegate, sent_by=_AGENT, received_by=_AGENT),
+        MessageType(DELEGATE_RESULT, DelegateResult, sent_by=_AGENT, received_by=_BOTH),
+        MessageType(EVENT, Event, sent_by=_AGENT, received_by=_AGENT),
+        MessageType(SHUTDOWN, Shutdown, received_by=_BOTH),
+        MessageType(SHUTDOWN_ACK, Empty, sent_by=_BOTH),
+        MessageType(READY, Ready, sent_by=_BOTH),
+        MessageType(START_ERROR, ErrorInfo, sent_by=_BOTH),
+        MessageType(HEARTBEAT, Empty, sent_by=_BOTH),
+        MessageType(RESTART_REQUEST, RestartRequest, sent_by=_AGENT),
+        MessageType(CONNECTOR_EVENT, ConnectorEvent, sent_by=_CONNECTOR),
+        MessageType(EVENT_ACK, EventAck, received_by=_CONNECTOR),
+        MessageType(TURN_UPDATE, TurnUpdate, sent_by=_AGENT),
+        MessageType(CONTROL, Control, sent_by=_AGENT, received_by=_AGENT),
+        MessageType(CONTROL_REPLY, ControlReply, sent_by=_AGENT, received_by=_AGENT),
+    )
+}
+"""Every message type of agents.sock (control.sock carries `delegate` and `control` from a
+CLI, answered by `delegate_result`, `turn_update` and `control_reply`)."""
+
+
+def sent_by(kind: Kind) -> frozenset[str]:
+    """The types a kind of process sends to the orchestrator."""
+    return frozenset(tag for tag, m in MESSAGES.items() if kind in m.sent_by)
+
+
+def received_by(kind: Kind) -> frozenset[str]:
+    """The types a kind of process receives from the orchestrator."""
+    return frozenset(tag for tag, m in MESSAGES.items() if kind in m.received_by)
 
 
 P = TypeVar("P")
@@ -204,6 +386,30 @@ def decode(frame: bytes) -> Envelope:
         return _envelope_decoder.decode(frame)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise MalformedFrame(f"bad envelope: {exc}") from None
+
+
+class BadArgs(ValueError):
+    """A control command's args that its Struct does not accept; answered with E_BAD_REQUEST."""
+
+
+def control(command: str, args: msgspec.Struct | None = None) -> Control:
+    """The `control` payload for `command`; empty args are left out, as they always were."""
+    if args is None:
+        return Control(command)
+    raw = _encoder.encode(args)
+    return Control(command, NO_ARGS if raw == b"\x80" else msgspec.Raw(raw))
+
+
+def decode_args(command: Control, type_: type[P]) -> P:
+    """The command's args as `type_`. Raises `BadArgs` naming the command and the field."""
+    decoder = _payload_decoders.get(type_)
+    if decoder is None:
+        decoder = _payload_decoders[type_] = msgspec.msgpack.Decoder(type_)
+    try:
+        result: P = decoder.decode(command.args)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise BadArgs(f"bad args for command '{command.command}': {exc}") from None
+    return result
 
 
 def decode_payload(envelope: Envelope, type_: type[P]) -> P:

@@ -21,6 +21,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 import structlog
 
@@ -42,6 +43,7 @@ from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import Dealer, send_once
 from ipc.error_codes import ErrorCode
+from orchestrator.throttled_log import ThrottledLog
 
 SIGTERM_GRACE_MS = 5_000
 MAIN_SHARE_OF_GRACE = 0.75  # the rest is for cancelling main, acking and closing
@@ -76,6 +78,8 @@ class ConnectorProcess:
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
         self._heartbeat_interval_s = settings.agent.heartbeat_interval_s
+        self._handlers = self._message_handlers()
+        self._dropped = ThrottledLog(self.log)  # a flood of odd frames must not flood the log
 
     def send(self, frame: bytes) -> None:
         self.channel.send([frame])
@@ -83,21 +87,34 @@ class ConnectorProcess:
     def _disconnected(self, reason: str) -> None:
         self.log.warning("lost the orchestrator's socket; reconnecting", reason=reason)
 
+    def _message_handlers(self) -> dict[str, Callable[[wire.Envelope], None]]:
+        """`{type: handler}` for the types a connector receives (`wire.received_by`)."""
+        return {
+            wire.EVENT_ACK: self._on_answer,
+            wire.DELEGATE_RESULT: self._on_answer,
+            wire.SHUTDOWN: self._on_shutdown,
+        }
+
     def on_frames(self, frames: list[bytes]) -> None:
         for frame in frames:
             try:
                 env = wire.decode(frame)
-                if self.ctx.handle(env):
-                    continue
-                if env.type == wire.SHUTDOWN:
-                    self._shutdown = wire.decode_payload(env, wire.Shutdown)
-                    self._stop.set()
+                handler = self._handlers.get(env.type)
+                if handler is None:
+                    self._dropped.warning("dropped frame of unknown type", env.type, type=env.type)
                 else:
-                    self.log.warning("dropped frame of unknown type", type=env.type)
+                    handler(env)
             except wire.MalformedFrame as exc:
                 self.log.warning("dropped malformed frame", error=str(exc))
             except Exception:  # never let one message take the reader down
                 self.log.exception("failed to handle a frame")
+
+    def _on_answer(self, env: wire.Envelope) -> None:
+        self.ctx.handle(env)  # the event's ack, or the answer it asked for
+
+    def _on_shutdown(self, env: wire.Envelope) -> None:
+        self._shutdown = wire.decode_payload(env, wire.Shutdown)
+        self._stop.set()
 
     def request_stop(self) -> None:
         """SIGTERM: stop as for a `shutdown`, without an ack (nobody asked for one)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import structlog
@@ -16,7 +16,8 @@ import structlog
 from ipc import wire
 from ipc.error_codes import ErrorCode
 
-Handler = Callable[[dict[str, Any]], Awaitable[Any]]
+# A command's handler takes the args Struct `wire.CLI_COMMANDS` declares for it.
+Handler = Callable[[Any], Awaitable[Any]]
 
 
 class CommandError(Exception):
@@ -26,19 +27,28 @@ class CommandError(Exception):
 
 
 class ControlCommands:
-    def __init__(self, handlers: dict[str, Handler]) -> None:
-        self._handlers = handlers
+    """`{command: handler}` for the commands `args_types` declares (`wire.CLI_COMMANDS`)."""
+
+    def __init__(
+        self, handlers: Mapping[str, Handler], args_types: Mapping[str, type[Any]]
+    ) -> None:
+        if set(handlers) != set(args_types):
+            raise ValueError(f"handlers for {sorted(handlers)}, commands {sorted(args_types)}")
+        self._handlers = {name: (args_types[name], h) for name, h in handlers.items()}
 
     async def run(self, command: wire.Control) -> wire.ControlReply:
-        handler = self._handlers.get(command.command)
-        if handler is None:
+        entry = self._handlers.get(command.command)
+        if entry is None:
             known = ", ".join(sorted(self._handlers))
             message = f"unknown command '{command.command}' (known: {known})"
             return wire.ControlReply(
                 False, error=wire.ErrorInfo(ErrorCode.E_UNKNOWN_COMMAND, message)
             )
+        args_type, handler = entry
         try:
-            return wire.ControlReply(True, await handler(command.args))
+            return wire.ControlReply(True, await handler(wire.decode_args(command, args_type)))
+        except wire.BadArgs as exc:
+            return wire.ControlReply(False, error=wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc)))
         except CommandError as exc:
             return wire.ControlReply(False, error=wire.ErrorInfo(exc.code, str(exc)))
         except Exception as exc:  # a bug: answer instead of leaving the client waiting

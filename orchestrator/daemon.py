@@ -37,7 +37,7 @@ from orchestrator.launcher import ConnectorLauncher, Launcher, LaunchSpec, make_
 from orchestrator.lock import StateLock
 from orchestrator.reload import agent_fingerprints, connection_fingerprints
 from orchestrator.router import Pending, Requester, Router
-from orchestrator.supervisor import Exit, Supervisor, kind_of
+from orchestrator.supervisor import Exit, ProcessKind, Supervisor, kind_of
 from orchestrator.systemd import Notifier
 from orchestrator.throttled_log import ThrottledLog
 from orchestrator.trust import PEER_KEY_FILE, SENDS, Admitted, Refused, admit, write_peer_key
@@ -53,6 +53,10 @@ REPLAY_AGAIN_ON = frozenset(
         ErrorCode.AGENT_REQUEST_TIMEOUT,
     }
 )
+
+
+# A handler of one message type from agents.sock: (sender name, identity, envelope, frame).
+AgentHandler = Callable[[str, bytes, wire.Envelope, bytes], None]
 
 
 class OrchestratorInfo(msgspec.Struct, frozen=True, rename="camel"):
@@ -88,6 +92,7 @@ class Daemon:
         self._log = structlog.get_logger().bind(swarm=self.swarm.name)
         # What a peer can provoke at will is logged once per reason per interval.
         self._refusals = ThrottledLog(self._log)
+        self._handlers = self._agent_handlers()
         self._admitted: dict[bytes, Admitted] = {}  # by identity: how its peer got in
         self.started_at = time.time()
         self.input_trace_id: str | None = None  # of `run --input`, for its transcript
@@ -177,7 +182,8 @@ class Daemon:
                 "stop": self._cmd_stop,
                 "restart": self._cmd_restart,
                 "instance.delete": self._cmd_instance_delete,
-            }
+            },
+            wire.CLI_COMMANDS,
         )
         self.agents.start()
         self.control.start()
@@ -508,78 +514,118 @@ class Daemon:
         except Exception:
             self._log.exception("failed to handle agent message", sender=name)
 
+    def _agent_handlers(self) -> dict[ProcessKind, dict[str, AgentHandler]]:
+        """`{type: handler}` per kind of process, for the types `SENDS` lets it send."""
+        handlers: dict[str, AgentHandler] = {
+            wire.DELEGATE: self._on_delegate,
+            wire.DELEGATE_RESULT: self._on_delegate_result,
+            wire.EVENT: self._on_event,
+            wire.HEARTBEAT: self._on_heartbeat,
+            wire.READY: self._on_ready,
+            wire.START_ERROR: self._on_start_error,
+            wire.TURN_UPDATE: self._on_turn_update,
+            wire.CONNECTOR_EVENT: self._on_connector_event,
+            wire.CONTROL: self._on_agent_control,
+            wire.CONTROL_REPLY: self._on_control_reply,
+            wire.RESTART_REQUEST: self._on_restart_request,
+            wire.SHUTDOWN_ACK: self._on_shutdown_ack,
+        }
+        return {kind: {t: handlers[t] for t in sends} for kind, sends in SENDS.items()}
+
     def _on_agent_message(
         self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
     ) -> None:
         slot = self.supervisor.slots.get(name)
-        kind = env.type
         if slot is None:  # its agent left the swarm in a reload
             self._refusals.warning(
-                "message from an unknown peer dropped", name, sender=name, type=kind
+                "message from an unknown peer dropped", name, sender=name, type=env.type
             )
             return
-        if kind not in SENDS[slot.kind]:
-            self._refusals.warning(
-                "message type not allowed for its sender dropped",
-                f"{name}/{kind}",
-                sender=name,
-                senderKind=slot.kind,
-                type=kind,
-            )
+        handler = self._handlers[slot.kind].get(env.type)
+        if handler is None:
+            self._drop_unexpected(name, slot.kind, env.type)
             return
         self.supervisor.touch(name)
-        if kind == wire.DELEGATE:
-            self.router.delegate(Requester("agent", identity, env.correlation_id), env)
-        elif kind == wire.DELEGATE_RESULT:
-            self.router.result(env, name)
-            self.supervisor.note_success(name)
-            self.supervisor.set_busy(name, self.router.in_flight(name) > 0)
-        elif kind == wire.EVENT:
-            self.router.event(env, frame)
-        elif kind == wire.HEARTBEAT:
-            pass
-        elif kind == wire.READY:
-            ready = wire.decode_payload(env, wire.Ready)
-            if ready.protocol_version != wire.PROTOCOL_VERSION:
-                self._log.error("agent speaks another protocol version", agent=name)
-                return
-            admitted = self._admitted.get(identity)
-            if admitted is None or not admitted.speaks_for(slot):
-                # e.g. a process that has exited since: its slot has no process, or another
-                self._refusals.warning("ready from a gone process dropped", name, agent=name)
-                return
-            self.supervisor.mark_ready(name, ready.pid)
-        elif kind == wire.START_ERROR:
-            error = wire.decode_payload(env, wire.ErrorInfo)
-            self.supervisor.mark_start_error(name, error.message)
-        elif kind == wire.TURN_UPDATE:
-            self._forward_update(env)
-        elif kind == wire.CONNECTOR_EVENT:
-            self.connections.on_event(name, identity, env)
-        elif kind == wire.CONTROL:
-            command = wire.decode_payload(env, wire.Control)
-            reply = self.instances.handle(name, command, self.router.agents)
-            if reply.ok and command.command == "spawn":
-                self.supervisor.ensure_running(reply.result["target"])
-            answer = wire.encode(
-                wire.CONTROL_REPLY,
-                wire.ORCHESTRATOR,
-                name,
-                reply,
-                correlation_id=env.correlation_id,
-            )
-            self.agents.send([identity, answer])
-        elif kind == wire.CONTROL_REPLY:
-            if not self.agent_calls.on_reply(env):
-                self._log.debug("late control_reply dropped", sender=name)
-        elif kind == wire.RESTART_REQUEST:
-            reason = wire.decode_payload(env, wire.RestartRequest).reason
-            self._log.warning("swarm restart requested by an agent", agent=name, reason=reason)
-            asyncio.get_running_loop().create_task(self.reload(restart_all=True))
-        elif kind == wire.SHUTDOWN_ACK:
-            self._log.debug("shutdown acknowledged", agent=name)
-        else:
-            self._log.warning("dropped message of unknown type", sender=name, type=kind)
+        handler(name, identity, env, frame)
+
+    def _drop_unexpected(self, name: str, sender_kind: ProcessKind, kind: str) -> None:
+        what = "message type not allowed for its sender dropped"
+        if kind not in wire.MESSAGES:
+            what = "dropped message of unknown type"
+        self._refusals.warning(
+            what, f"{name}/{kind}", sender=name, senderKind=sender_kind, type=kind
+        )
+
+    def _on_delegate(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
+        self.router.delegate(Requester("agent", identity, env.correlation_id), env)
+
+    def _on_delegate_result(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        self.router.result(env, name)
+        self.supervisor.note_success(name)
+        self.supervisor.set_busy(name, self.router.in_flight(name) > 0)
+
+    def _on_event(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
+        self.router.event(env, frame)
+
+    def _on_heartbeat(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
+        pass  # `touch` above is all a heartbeat is for
+
+    def _on_ready(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
+        ready = wire.decode_payload(env, wire.Ready)
+        if ready.protocol_version != wire.PROTOCOL_VERSION:
+            self._log.error("agent speaks another protocol version", agent=name)
+            return
+        admitted = self._admitted.get(identity)
+        slot = self.supervisor.slots[name]
+        if admitted is None or not admitted.speaks_for(slot):
+            # e.g. a process that has exited since: its slot has no process, or another
+            self._refusals.warning("ready from a gone process dropped", name, agent=name)
+            return
+        self.supervisor.mark_ready(name, ready.pid)
+
+    def _on_start_error(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
+        error = wire.decode_payload(env, wire.ErrorInfo)
+        self.supervisor.mark_start_error(name, error.message)
+
+    def _on_turn_update(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
+        self._forward_update(env)
+
+    def _on_connector_event(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        self.connections.on_event(name, identity, env)
+
+    def _on_agent_control(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        command = wire.decode_payload(env, wire.Control)
+        reply = self.instances.handle(name, command, self.router.agents)
+        if isinstance(reply.result, wire.Spawned):
+            self.supervisor.ensure_running(reply.result.target)
+        answer = wire.encode(
+            wire.CONTROL_REPLY, wire.ORCHESTRATOR, name, reply, correlation_id=env.correlation_id
+        )
+        self.agents.send([identity, answer])
+
+    def _on_control_reply(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        if not self.agent_calls.on_reply(env):
+            self._log.debug("late control_reply dropped", sender=name)
+
+    def _on_restart_request(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        reason = wire.decode_payload(env, wire.RestartRequest).reason
+        self._log.warning("swarm restart requested by an agent", agent=name, reason=reason)
+        asyncio.get_running_loop().create_task(self.reload(restart_all=True))
+
+    def _on_shutdown_ack(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        self._log.debug("shutdown acknowledged", agent=name)
 
     def _forward_update(self, env: wire.Envelope) -> None:
         """Streamed text / tool progress of a turn, to a CLI client waiting on it."""
@@ -671,7 +717,9 @@ class Daemon:
                     self._answer_control(identity, env.correlation_id, command)
                 )
             else:
-                self._log.warning("dropped control message of unknown type", type=env.type)
+                self._refusals.warning(
+                    "dropped control message of unknown type", env.type, type=env.type
+                )
         except wire.MalformedFrame as exc:
             self._log.warning("dropped malformed control frame", error=str(exc))
         except Exception:
@@ -689,16 +737,16 @@ class Daemon:
         except Unroutable:
             self._log.info("control client gone before its answer", command=command.command)
 
-    async def _cmd_status(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def _cmd_status(self, args: wire.StatusArgs) -> dict[str, Any]:
         return self.status()
 
-    async def _cmd_stop(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def _cmd_stop(self, args: wire.StopArgs) -> wire.Stopping:
         self._log.info("stop requested by the control socket")
         asyncio.get_running_loop().call_soon(self.request_stop)
-        return {"stopping": True}
+        return wire.Stopping()
 
-    async def _cmd_restart(self, args: dict[str, Any]) -> dict[str, Any]:
-        agent = args.get("agent")
+    async def _cmd_restart(self, args: wire.RestartArgs) -> dict[str, Any]:
+        agent = args.agent
         if agent is None:
             result = await self.reload()
             if not result["reloaded"]:
@@ -709,18 +757,16 @@ class Daemon:
             raise CommandError(
                 ErrorCode.AGENT_NOT_FOUND, f"no agent '{agent}' in this swarm ({known})"
             )
-        await self.restart_agent(agent, fresh=bool(args.get("fresh")))
-        return {"restarted": [agent], "fresh": bool(args.get("fresh"))}
+        await self.restart_agent(agent, fresh=args.fresh)
+        return {"restarted": [agent], "fresh": args.fresh}
 
-    async def _cmd_instance_delete(self, args: dict[str, Any]) -> dict[str, Any]:
-        key = args.get("instanceKey")
-        if not isinstance(key, str):
-            raise CommandError(ErrorCode.E_BAD_REQUEST, "instanceKey is required")
+    async def _cmd_instance_delete(self, args: wire.InstanceDeleteArgs) -> wire.Deleted:
+        key = args.instance_key
         try:
             storage_name(key)
         except BadInstanceKey as exc:
             raise CommandError(exc.code, str(exc)) from exc
-        asked = args.get("swarm")
+        asked = args.swarm
         ours = storage_name(self.swarm.name)
         swarms = [ours] if asked in (None, self.swarm.name, ours) else []
         swarms += [s for s in self.paths.stored_swarms(key) if asked in (None, s)]
@@ -731,7 +777,7 @@ class Daemon:
                 self.paths,
                 swarm,
                 key,
-                workdir=bool(args.get("workdir")),
+                workdir=args.workdir,
                 running_agents=running,
                 calls=self.agent_calls,
                 timeout_s=self.settings.daemon.instance_drop_timeout_s,
@@ -744,7 +790,7 @@ class Daemon:
             )
         self.instances.forget(key)
         self._log.info("instance deleted", instanceKey=key, deleted=deleted)
-        return {"deleted": deleted}
+        return wire.Deleted(deleted)
 
     def status(self) -> dict[str, Any]:
         return {

@@ -53,28 +53,29 @@ class InstanceRegistry:
 
     def handle(self, caller: str, command: wire.Control, agents: set[str]) -> wire.ControlReply:
         """`agents__spawn` / `agents__list` from the tools of agent `caller`."""
-        args = command.args
-        owner_key = str(args.get("owner") or "")
-        if command.command == "spawn":
-            target = str(args.get("target") or "")
-            if target not in agents:
+        args_type = wire.AGENT_COMMANDS.get(command.command)
+        if args_type is None:
+            message = f"unknown agent command '{command.command}'"
+            return wire.ControlReply(
+                False, error=wire.ErrorInfo(ErrorCode.E_UNKNOWN_COMMAND, message)
+            )
+        try:
+            args = wire.decode_args(command, args_type)
+        except wire.BadArgs as exc:
+            return wire.ControlReply(False, error=wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc)))
+        if isinstance(args, wire.SpawnArgs):
+            if args.target not in agents:
                 known = ", ".join(sorted(agents))
                 error = wire.ErrorInfo(
                     ErrorCode.AGENT_NOT_FOUND,
-                    f"Agent '{target}' is not in this swarm (agents: {known})",
+                    f"Agent '{args.target}' is not in this swarm (agents: {known})",
                 )
                 return wire.ControlReply(False, error=error)
-            key = args.get("instanceKey")
-            instance = self.spawn(target, key and str(key), caller, owner_key)
-            result = {"target": target, "instanceKey": instance.instance_key, "spawned": True}
-            return wire.ControlReply(True, result)
-        if command.command == "list":
-            found = self.list(caller, owner_key, bool(args.get("includeAll")))
-            return wire.ControlReply(True, {"count": len(found), "agents": found})
-        error = wire.ErrorInfo(
-            ErrorCode.E_UNKNOWN_COMMAND, f"unknown agent command '{command.command}'"
-        )
-        return wire.ControlReply(False, error=error)
+            instance = self.spawn(args.target, args.instance_key or None, caller, args.owner)
+            return wire.ControlReply(True, wire.Spawned(args.target, instance.instance_key))
+        assert isinstance(args, wire.ListArgs)
+        found = self.list(caller, args.owner, args.include_all)
+        return wire.ControlReply(True, wire.Listed(len(found), found))
 
 
 async def delete_instance(
@@ -91,7 +92,7 @@ async def delete_instance(
     from memory and removes its own files (after a turn of it that is running), then the rest
     is removed; each agent has `timeout_s` for it. Raises CommandError when an agent could
     not; False when nothing was there."""
-    drop = wire.Control("instance.drop", {"instanceKey": key})
+    drop = wire.control("instance.drop", wire.InstanceDropArgs(key))
     replies = await asyncio.gather(*(calls.call(name, drop, timeout_s) for name in running_agents))
     failed = [
         f"{name}: {reply.error.message if reply.error else 'failed'}"

@@ -25,24 +25,8 @@ How = Literal["child", "external"]
 PEER_KEY_FILE = "peer.key"  # in the state root's run/: the operator's key
 
 SENDS: dict[ProcessKind, frozenset[str]] = {
-    "agent": frozenset(
-        {
-            wire.DELEGATE,
-            wire.DELEGATE_RESULT,
-            wire.EVENT,
-            wire.HEARTBEAT,
-            wire.READY,
-            wire.START_ERROR,
-            wire.TURN_UPDATE,
-            wire.CONTROL,
-            wire.CONTROL_REPLY,
-            wire.RESTART_REQUEST,
-            wire.SHUTDOWN_ACK,
-        }
-    ),
-    "connector": frozenset(
-        {wire.CONNECTOR_EVENT, wire.HEARTBEAT, wire.READY, wire.START_ERROR, wire.SHUTDOWN_ACK}
-    ),
+    "agent": wire.sent_by("agent"),
+    "connector": wire.sent_by("connector"),
 }
 """The message types each kind of process sends; anything else from it is dropped."""
 

@@ -8,7 +8,6 @@ import secrets
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any
 
 import zmq
 
@@ -88,9 +87,10 @@ class ControlClient:
                 raise NotRunning("the orchestrator stopped before answering")
 
     def command(
-        self, name: str, args: dict[str, Any] | None = None, timeout_s: float = 10.0
+        self, name: str, args: wire.ControlArgs | None = None, timeout_s: float = 10.0
     ) -> wire.ControlReply:
-        control = wire.Control(name, args or {})
+        """Run control command `name` (`wire.CLI_COMMANDS` declares its args)."""
+        control = wire.control(name, args)
         frame = wire.encode(wire.CONTROL, "cli", wire.ORCHESTRATOR, control, correlation_id="1")
         return wire.decode_payload(self.call(frame, timeout_s), wire.ControlReply)
 

@@ -108,7 +108,7 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
 
 
 def _restart(client: ControlClient, args: argparse.Namespace) -> int:
-    command_args = {"agent": args.agent, "fresh": args.fresh} if args.agent else {}
+    command_args = wire.RestartArgs(args.agent, args.fresh) if args.agent else wire.RestartArgs()
     reply = client.command("restart", command_args, timeout_s=600)
     if not reply.ok:
         error = reply.error

@@ -13,6 +13,7 @@ from agentproc.conversation import read_messages
 from goondan.cli.client import ControlClient, daemon_running
 from goondan.paths import BadInstanceKey, StatePaths, key_of, storage_name
 from goondan.settings import DEFAULTS
+from ipc import wire
 
 
 def run_instance(args: argparse.Namespace) -> int:
@@ -70,7 +71,7 @@ def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
         with ControlClient(paths) as client:
             reply = client.command(
                 "instance.delete",
-                {"instanceKey": args.key, "swarm": args.swarm, "workdir": args.workdir},
+                wire.InstanceDeleteArgs(args.key, args.swarm, args.workdir),
                 timeout_s=DEFAULTS.daemon.instance_drop_timeout_s + 5,
             )
         if not reply.ok:

@@ -6,10 +6,14 @@ import signal
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 import zmq
 
 from agentproc.conversation import read_messages
+from goondan.cli.client import ControlClient
+from goondan.paths import StatePaths
+from ipc import wire
 from tests.e2e.conftest import QUICKSTART, goondan, pid_alive, solo_bundle, wait_for
 
 
@@ -261,3 +265,16 @@ def test_an_answer_too_large_to_send_comes_back_as_an_error(start_daemon, tmp_pa
     after = daemon.send("hi")  # the same process, still connected
     assert after.returncode == 0 and after.stdout.strip() == "You said: hi"
     assert daemon.process("solo")["restarts"] == 0
+
+
+def test_a_control_command_with_bad_args_is_refused_and_the_daemon_serves_on(start_daemon):
+    daemon = start_daemon()
+    bad = msgspec.Raw(msgspec.msgpack.encode({"command": "restart", "args": {"fresh": "yes"}}))
+    frame = wire.encode(wire.CONTROL, "cli", wire.ORCHESTRATOR, bad, correlation_id="1")
+    with ControlClient(StatePaths.at(daemon.state_root)) as client:
+        reply = wire.decode_payload(client.call(frame, 10), wire.ControlReply)
+        assert not reply.ok and reply.error is not None
+        assert reply.error.code == "E_BAD_REQUEST"
+        assert "'restart'" in reply.error.message and "$.fresh" in reply.error.message
+        assert client.command("status").result["pid"] == daemon.proc.pid
+    assert "Traceback" not in daemon.logs()

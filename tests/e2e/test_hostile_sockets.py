@@ -131,7 +131,7 @@ def test_at_the_connection_cap_new_peers_are_refused_and_old_ones_served(daemon,
 
 def control_status(client: zmq.Socket[bytes]) -> dict[str, Any]:
     """`status` over an open control connection, as the CLI asks it."""
-    command = wire.Control("status", {})
+    command = wire.control("status")
     client.send(wire.encode(wire.CONTROL, "cli", wire.ORCHESTRATOR, command, correlation_id="1"))
     assert client.poll(20_000), "no answer to status"
     reply = wire.decode_payload(wire.decode(client.recv()), wire.ControlReply)
