@@ -123,3 +123,47 @@ async def test_an_undecodable_event_is_dropped_and_logged_once(agent: Orchestrat
     log = agent.log.read_text()
     assert log.count("dropped event with an undecodable payload") == 1, log
     assert "Expected `str`, got `int` - at `$.instanceKey`" in log
+
+
+def control(command: str, args: object) -> bytes:
+    return msgspec.msgpack.encode({"command": command, "args": args})
+
+
+@pytest.mark.parametrize(
+    ("payload", "code", "problem"),
+    [
+        (control("instance.drop", {}), "E_BAD_REQUEST", "bad args for command 'instance.drop'"),
+        (control("instance.drop", {"instanceKey": 5}), "E_BAD_REQUEST", "`$.instanceKey`"),
+        (control("instance.drop", {"instanceKey": ""}), "E_BAD_REQUEST", "`$.instanceKey`"),
+        (control("explode", {}), "E_UNKNOWN_COMMAND", "agents do not know 'explode'"),
+    ],
+    ids=["no-key", "key-not-a-string", "empty-key", "unknown-command"],
+)
+async def test_a_bad_control_command_is_answered_with_an_error(
+    agent: Orchestrator, payload: bytes, code: str, problem: str
+) -> None:
+    await agent.send(wire.CONTROL, payload, "call-1")
+    env = await agent.take(wire.CONTROL_REPLY)
+    assert env.correlation_id == "call-1"
+    reply = wire.decode_payload(env, wire.ControlReply)
+    assert not reply.ok and reply.error is not None
+    assert reply.error.code == code and problem in reply.error.message
+
+    drop = msgspec.msgpack.encode(wire.control("instance.drop", wire.InstanceDropArgs("k")))
+    await agent.send(wire.CONTROL, drop, "call-2")  # a good one is still served
+    env = await agent.take(wire.CONTROL_REPLY)
+    assert env.correlation_id == "call-2"
+    assert wire.decode_payload(env, wire.ControlReply) == wire.ControlReply(
+        True, {"dropped": False}
+    )
+
+
+async def test_frames_of_unknown_type_are_dropped_and_logged_once(agent: Orchestrator) -> None:
+    for _ in range(50):
+        await agent.send("no_such_type", msgspec.msgpack.encode({}), None)
+    await agent.send(wire.DELEGATE, delegate(), "c-after")
+    env = await agent.take(wire.DELEGATE_RESULT)
+    assert env.correlation_id == "c-after"
+    log = agent.log.read_text()
+    assert log.count("dropped frame of unknown type") == 1, log
+    assert "no_such_type from peer" in log
