@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import cast
 
 from ipc import zmtp
+from ipc.tasks import TaskSet
 
 Frames = list[bytes]
 RECONNECT_S = 0.1  # libzmq's ZMQ_RECONNECT_IVL default
@@ -50,10 +51,10 @@ class Dealer:
         self._ready = False  # the peer's READY came: messages may go out
         self._held: list[bytes] = []  # encoded messages waiting for a handshake
         self._closed = False
-        self._connecting: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("dealer")  # the connection attempt under way
 
     def start(self) -> None:
-        self._connecting = asyncio.get_running_loop().create_task(self._connect())
+        self._tasks.spawn(self._connect(), name="dealer connect")
 
     def send(self, frames: Frames) -> None:
         """Never blocks: before the handshake (or between connections) the message waits.
@@ -84,8 +85,7 @@ class Dealer:
         if self._closed:
             return
         self._closed = True
-        if self._connecting is not None:
-            self._connecting.cancel()
+        self._tasks.cancel()
         if self._transport is not None:
             self._transport.close()
             self._transport = None
@@ -137,7 +137,7 @@ class Dealer:
 
     def _reconnect(self) -> None:
         if not self._closed:
-            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            self._tasks.spawn(self._connect(), name="dealer connect")
 
 
 class _Connection(asyncio.Protocol):

@@ -47,6 +47,7 @@ from typing import Annotated, cast
 import msgspec
 
 from ipc import zmtp
+from ipc.tasks import TaskSet
 
 Frames = list[bytes]
 
@@ -174,7 +175,7 @@ class RouterSocket:
         self._connections: set[_Peer] = set()  # every open one, handshake done or not
         self._handshaking: dict[_Peer, asyncio.TimerHandle] = {}  # oldest first, with deadlines
         self._accepting = 0  # accepted, not yet connected to a protocol
-        self._attaching: set[asyncio.Task[None]] = set()  # keeps those tasks alive
+        self._attaching = TaskSet("router socket")  # connections being handed to the loop
         self._buffered = 0  # bytes of incomplete messages, all connections together
         self._to_flush: list[_Peer] = []  # peers with messages in their outbox
         self._reports = _Reports(self._refused, limits.report_interval_s)
@@ -232,10 +233,12 @@ class RouterSocket:
         return self._buffered
 
     def close(self) -> None:
-        """Stop accepting and close every connection (what they hold is still written)."""
+        """Stop accepting and close every connection (what they hold is still written);
+        `wait_closed` then waits for what was being accepted."""
         if self._closed:
             return
         self._closed = True
+        self._attaching.cancel()
         self._flush()
         if self._resume is not None:
             self._resume.cancel()
@@ -246,6 +249,10 @@ class RouterSocket:
             peer.transport.close()
         self._peers.clear()
         self.path.unlink(missing_ok=True)
+
+    async def wait_closed(self) -> None:
+        """After `close`: return once no task of the socket is left."""
+        await self._attaching.close()
 
     # -- accepting -----------------------------------------------------------------------------
 
@@ -286,9 +293,7 @@ class RouterSocket:
             wait = self._push_out_oldest_handshaking() if full else 0.0
             self._accepting += 1
             peer = _Peer(self)
-            task = self._loop.create_task(self._attach(conn, peer))
-            self._attaching.add(task)
-            task.add_done_callback(self._attaching.discard)
+            self._attaching.spawn(self._attach(conn, peer), name="attach connection")
             if wait > 0:  # all too young to push out: the backlog waits for a free place
                 self._pause_accepting(wait)
                 self._waiting_for_room = True
@@ -298,10 +303,12 @@ class RouterSocket:
         conn.setblocking(False)
         try:
             await self._loop.connect_accepted_socket(lambda: peer, conn)
-        except Exception as exc:  # the loop could not take it (out of memory, say)
+        except BaseException as exc:  # the loop could not take it (out of memory, say)
             if not peer.attached:
                 self._accepting -= 1
             conn.close()
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the socket is closing
             self._reports.tell("attach", None, f"a new connection could not be served: {exc!r}")
 
     def _pause_accepting(self, delay_s: float) -> None:
