@@ -43,6 +43,7 @@ from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import Dealer, send_once
 from ipc.error_codes import ErrorCode
+from ipc.tasks import TaskSet
 from orchestrator.throttled_log import ThrottledLog
 
 SIGTERM_GRACE_MS = 5_000
@@ -126,17 +127,19 @@ class ConnectorProcess:
         ready = wire.Ready(wire.PROTOCOL_VERSION, os.getpid(), self.ctx.identity)
         self.send(wire.encode(wire.READY, self.ctx.identity, wire.ORCHESTRATOR, ready))
         self.log.info("connector started", connector=self.ctx.connector_name, pid=os.getpid())
-        heartbeat = loop.create_task(self._heartbeat())
-        main_task = loop.create_task(self._run_main())
-        stop_task = loop.create_task(self._stop.wait())
+        background = TaskSet("connector process")
+        background.spawn(self._heartbeat(), name="heartbeat")
+        stop_task = background.spawn(self._stop.wait(), name="wait for stop")
+        # Not in the set: `_stop_main` bounds how long it waits for a `main` that ignores
+        # its cancellation, where closing the set would wait for ever.
+        main_task = loop.create_task(self._run_main(), name="connector main")
         await asyncio.wait({main_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
         code = EXIT_OK
         if main_task.done():
             code = main_task.result()
         else:
             code = await self._stop_main(main_task)
-        stop_task.cancel()
-        heartbeat.cancel()
+        await background.close()
         if self._shutdown is not None:
             self.send(wire.encode(wire.SHUTDOWN_ACK, self.ctx.identity, wire.ORCHESTRATOR))
         await self._close()

@@ -29,6 +29,7 @@ from ipc import wire
 from ipc.endpoints import ensure_private_dir, ipc_endpoint
 from ipc.error_codes import ErrorCode
 from ipc.router_socket import RouterSocket, Unroutable, connection_cap
+from ipc.tasks import TaskSet
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry, delete_instance
@@ -36,8 +37,8 @@ from orchestrator.journal import Journal
 from orchestrator.launcher import ConnectorLauncher, Launcher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
 from orchestrator.reload import agent_fingerprints, connection_fingerprints
-from orchestrator.router import Pending, Requester, Router
-from orchestrator.supervisor import Exit, ProcessKind, Supervisor, kind_of
+from orchestrator.router import InFlight, Requester, Router
+from orchestrator.supervisor import Exit, ProcessKind, Supervisor
 from orchestrator.systemd import Notifier
 from orchestrator.throttled_log import ThrottledLog
 from orchestrator.trust import PEER_KEY_FILE, SENDS, Admitted, Refused, admit, write_peer_key
@@ -148,14 +149,18 @@ class Daemon:
         )
         self.launcher: Launcher = make_launcher(self.settings.daemon.spawn, launch_spec)
         connections = swarm_connections(self.bundle, self.swarm)
+        # Reloads, control commands, the template's start and the bundle watch; `_shutdown`
+        # waits for them. The supervisor, launcher and notifier own theirs.
+        self._tasks = TaskSet("daemon")
         self.supervisor = Supervisor(
-            [*self.agent_names, *connections],
+            self.agent_names,
             {
                 "agent": self.launcher,
                 "connector": ConnectorLauncher(
                     launch_spec, terminal_connection(self.bundle, connections)
                 ),
             },
+            connectors=list(connections),
             on_ready=self._agent_ready,
             on_exit=self._agent_exited,
             settings=self.settings.daemon,
@@ -187,7 +192,7 @@ class Daemon:
         )
         self.agents.start()
         self.control.start()
-        self._prepare = asyncio.ensure_future(self.launcher.start())
+        self._tasks.spawn(self.launcher.start(), name="prepare agent launcher")
         self.supervisor.start_watchdog()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -212,12 +217,11 @@ class Daemon:
         self.notifier.start_watchdog()
         _freeze_long_lived()
         if self._watch:
-            loop.create_task(
+            self._tasks.spawn(
                 watch(
-                    self.bundle.root,
-                    self._on_bundle_change,
-                    self.settings.daemon.watch_interval_s,
-                )
+                    self.bundle.root, self._on_bundle_change, self.settings.daemon.watch_interval_s
+                ),
+                name="watch bundle",
             )
 
     def _redeliver_journal(self) -> None:
@@ -267,12 +271,12 @@ class Daemon:
         self._journal_done(request_id)
         self._log.info("journaled input answered", agent=result.target, status=result.status)
 
-    def _settled(self, pending: Pending) -> None:
+    def _settled(self, request: InFlight) -> None:
         # At shutdown, unanswered inputs stay in the journal for the next run. Replays settle
         # in `_replay_answered`, which decides whether they are done.
-        outside = pending.requester.channel in ("control", "connector")
+        outside = request.requester.channel in ("control", "connector")
         if outside and not self._stopping:
-            self._journal_done(pending.oid)
+            self._journal_done(request.oid)
 
     def _journal_done(self, request_id: str) -> None:
         try:
@@ -297,6 +301,7 @@ class Daemon:
         stop.cancel()
         if not ask.done():
             ask.cancel()
+            await asyncio.wait([ask, stop])  # both end here, not after the loop
             return wire.DelegateResult(
                 "error",
                 self.entry_agent,
@@ -319,7 +324,7 @@ class Daemon:
         self._log.info("orchestrator stopping", graceSeconds=self.grace_s)
         self._stopping = True  # from now on, unanswered inputs stay in the journal
         self.notifier.stopping()
-        self.notifier.stop_watchdog()
+        await self.notifier.stop_watchdog()
         send_shutdown = self._shutdown_sender("orchestrator_shutdown")
         try:
             await self.supervisor.stop_all(send_shutdown, self.grace_s)
@@ -335,6 +340,9 @@ class Daemon:
         await asyncio.sleep(0.05)  # let the control channel flush the last answers
         self.agents.close()
         self.control.close()
+        await self.agents.wait_closed()
+        await self.control.wait_closed()
+        await self._tasks.close()  # a reload or a control command still under way ends here
         self.paths.info_file.unlink(missing_ok=True)
         self._log.info("orchestrator stopped")
 
@@ -370,7 +378,7 @@ class Daemon:
 
     def _on_sighup(self) -> None:
         self._log.info("SIGHUP: reloading the bundle")
-        asyncio.get_running_loop().create_task(self.reload())
+        self._tasks.spawn(self.reload(), name="reload (SIGHUP)")
 
     async def reload(self, *, restart_all: bool = False) -> dict[str, Any]:
         """Load the bundle again and restart the agents whose resources changed (all of them
@@ -400,18 +408,19 @@ class Daemon:
         removed = [n for n in old if n not in prints]
         changed = [n for n in prints if n in old and (restart_all or prints[n] != old[n])]
         self.bundle, self.swarm, self._fingerprints = bundle, swarm, prints
-        self.agent_names = [n for n in prints if kind_of(n) == "agent"]
+        self.agent_names = list(bundle.swarm_agents(swarm))
+        connections = swarm_connections(bundle, swarm)
         self.entry_agent = bundle.entry_agent(swarm)
         self.grace_s = float(swarm.spec.policy.shutdown.grace_period_seconds)
         for name in added:
-            self.supervisor.add(name)
+            self.supervisor.add(name, "connector" if name in connections else "agent")
         await asyncio.gather(*(self.restart_agent(n) for n in changed + removed))
         for name in removed:
             self.supervisor.remove(name)
         self.router.set_agents(set(self.agent_names), self.entry_agent)
-        self.connections.update(swarm_connections(bundle, swarm), self.entry_agent)
+        self.connections.update(connections, self.entry_agent)
         for name in added:
-            if kind_of(name) == "connector":
+            if name in connections:
                 self.supervisor.ensure_running(name)
         result = {"reloaded": True, "restarted": changed, "added": added, "removed": removed}
         gc.unfreeze()  # the old bundle is garbage now, and may hold cycles
@@ -620,7 +629,7 @@ class Daemon:
     ) -> None:
         reason = wire.decode_payload(env, wire.RestartRequest).reason
         self._log.warning("swarm restart requested by an agent", agent=name, reason=reason)
-        asyncio.get_running_loop().create_task(self.reload(restart_all=True))
+        self._tasks.spawn(self.reload(restart_all=True), name="restart requested by an agent")
 
     def _on_shutdown_ack(
         self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
@@ -652,14 +661,14 @@ class Daemon:
             self._log.info("peer gone; message dropped", peer=identity.decode(errors="replace"))
 
     def _agent_ready(self, name: str) -> None:
-        if kind_of(name) == "connector":
+        if self.supervisor.slots[name].kind == "connector":
             return
         self.router.agent_ready(name)
         self.supervisor.set_busy(name, self.router.in_flight(name) > 0)
 
     def _agent_exited(self, exit: Exit) -> None:
         name, crashed = exit.agent, exit.crashed
-        if kind_of(name) == "connector":
+        if exit.kind == "connector":
             if exit.start_error is not None:
                 self._log.error("connector cannot start", connection=name, error=exit.start_error)
             elif crashed and name in self.connections.connections:
@@ -713,8 +722,9 @@ class Daemon:
                     self._journal_done(request_id)  # answered at once with an error
             elif env.type == wire.CONTROL:
                 command = wire.decode_payload(env, wire.Control)
-                asyncio.get_running_loop().create_task(
-                    self._answer_control(identity, env.correlation_id, command)
+                self._tasks.spawn(
+                    self._answer_control(identity, env.correlation_id, command),
+                    name=f"control {command.command}",
                 )
             else:
                 self._refusals.warning(

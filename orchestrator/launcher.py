@@ -30,6 +30,7 @@ import msgspec
 import structlog
 
 from goondan.settings import LauncherKind, Settings
+from ipc.tasks import TaskSet
 
 
 class LaunchSpec(msgspec.Struct, frozen=True):
@@ -196,7 +197,8 @@ class ZygoteLauncher:
     def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
         self._process: asyncio.subprocess.Process | None = None
-        self._starting: asyncio.Future[None] | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("zygote launcher")  # the template's start, and its reader
         self._ids = itertools.count(1)
         self._launches: dict[int, asyncio.Future[ZygoteChild]] = {}
         self._children: dict[int, ZygoteChild] = {}
@@ -208,7 +210,7 @@ class ZygoteLauncher:
         if self._process is not None and self._process.returncode is None:
             return
         if self._starting is None:
-            self._starting = asyncio.ensure_future(self._start())
+            self._starting = self._tasks.spawn(self._start(), name="start agent template")
         try:
             await asyncio.shield(self._starting)
         finally:
@@ -226,11 +228,15 @@ class ZygoteLauncher:
             stderr=None,
         )
         assert process.stdout is not None
-        first = await process.stdout.readline()
+        try:
+            first = await process.stdout.readline()
+        except BaseException:  # cancelled at shutdown: no template left behind
+            process.kill()
+            raise
         if not first:
             raise OSError("the agent template process exited during start-up")
         self._process = process
-        asyncio.get_running_loop().create_task(self._read(process))
+        self._tasks.spawn(self._read(process), name="read agent template")
         self._log.debug("template process ready", pid=process.pid)
 
     async def launch(self, agent: str, credential: bytes) -> ChildProcess:
@@ -254,19 +260,25 @@ class ZygoteLauncher:
     async def aclose(self) -> None:
         self._closing = True
         process = self._process
-        if process is None or process.stdin is None:
-            return
-        process.stdin.close()  # EOF: the template exits
-        try:
-            await asyncio.wait_for(process.wait(), 5)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        if process is not None and process.stdin is not None:
+            process.stdin.close()  # EOF: the template exits
+            try:
+                await asyncio.wait_for(process.wait(), 5)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        await self._tasks.close(grace_s=1.0)  # the reader ends at the template's EOF
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
         assert process.stdout is not None
-        while line := await process.stdout.readline():
-            self._on_message(json.loads(line))
+        try:
+            while line := await process.stdout.readline():
+                self._on_message(json.loads(line))
+        except Exception:
+            # Its launches can no longer be told apart: stop it (its agents die with it) and
+            # let the next launch start a new one, rather than leave launches waiting forever.
+            self._log.exception("unreadable line from the template process; stopping it")
+            process.kill()
         # The template is gone; its children die with it (parent-death signal).
         await process.wait()
         if self._process is process:

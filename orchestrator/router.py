@@ -44,7 +44,9 @@ class Outbox(Protocol):
     def to_requester(self, requester: Requester, frame: bytes) -> None: ...
 
 
-class Pending:
+class InFlight:
+    """A request in flight: routed to its target under the router's own id, not yet answered."""
+
     __slots__ = (
         "oid",
         "requester",
@@ -76,10 +78,10 @@ class Router:
         entry_agent: str,
         outbox: Outbox,
         start_agent: Callable[[str], None],
-        on_settled: Callable[[Pending], None] | None = None,
+        on_settled: Callable[[InFlight], None] | None = None,
         settings: DaemonSettings = DEFAULTS.daemon,
     ) -> None:
-        """`on_settled(pending)` is told when a request got its one answer (the journal).
+        """`on_settled(request)` is told when a request got its one answer (the journal).
         `settings`: the default time limit of a request, and how often one is delivered."""
         self.agents = agents
         self.entry_agent = entry_agent
@@ -91,12 +93,12 @@ class Router:
         # Ids are unique across restarts (the journal replays requests under their old id).
         self._boot = secrets.token_hex(3)
         self._ids = itertools.count(1)
-        self.pending: dict[str, Pending] = {}
+        self.pending: dict[str, InFlight] = {}
         self._timeouts = Timeouts(self._is_open, self._expire)
         self._by_target: dict[str, dict[str, None]] = {name: {} for name in agents}
         self._ready: set[str] = set()
         # Frames waiting for the agent's process, with the request they belong to (if any).
-        self._inbox: dict[str, deque[tuple[bytes, Pending | None]]] = {
+        self._inbox: dict[str, deque[tuple[bytes, InFlight | None]]] = {
             name: deque() for name in agents
         }
         self._log = structlog.get_logger().bind(component="router")
@@ -148,7 +150,7 @@ class Router:
                 requester, target, ErrorCode.MESSAGE_TOO_LARGE, str(exc), env.trace_id
             )
             return None
-        pending = Pending(oid, requester, target, frame, env.trace_id)
+        pending = InFlight(oid, requester, target, frame, env.trace_id)
         pending.timeout_ms = routing.timeout_ms or self._request_timeout_ms
         self._timeouts.add(pending, pending.timeout_ms / 1000, len(self.pending))
         self.pending[oid] = pending
@@ -248,7 +250,7 @@ class Router:
         when work is waiting for it (the caller should start it)."""
         self._ready.discard(name)
         inbox = self._inbox[name]
-        redeliver: list[tuple[bytes, Pending | None]] = []
+        redeliver: list[tuple[bytes, InFlight | None]] = []
         for oid in list(self._by_target[name]):
             pending = self.pending[oid]
             if not pending.delivered:
@@ -280,7 +282,7 @@ class Router:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _deliver(self, target: str, frame: bytes, pending: Pending | None) -> None:
+    def _deliver(self, target: str, frame: bytes, pending: InFlight | None) -> None:
         if target in self._ready and not self._inbox[target]:
             if self._outbox.to_agent(target, frame):
                 if pending is not None:
@@ -290,7 +292,7 @@ class Router:
         self._inbox[target].append((frame, pending))
         self._start_agent(target)
 
-    def _finish(self, oid: str) -> Pending | None:
+    def _finish(self, oid: str) -> InFlight | None:
         pending = self.pending.pop(oid, None)
         if pending is None:
             return None
@@ -302,11 +304,11 @@ class Router:
                 self._log.exception("settling a request failed", oid=oid)
         return pending
 
-    def _is_open(self, pending: Pending) -> bool:
+    def _is_open(self, pending: InFlight) -> bool:
         # By identity: a request id reused after a restart is another request.
         return self.pending.get(pending.oid) is pending
 
-    def _expire(self, pending: Pending) -> None:
+    def _expire(self, pending: InFlight) -> None:
         self._finish(pending.oid)
         # If it still waits in the inbox, `agent_ready` skips it; if delivered, the late
         # answer is dropped.

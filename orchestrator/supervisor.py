@@ -8,6 +8,9 @@ loop, and the requests waiting for the agent fail instead of waiting for a fix.
 
 Each launch gets a fresh secret credential (`Slot.credential`, until the process exits): it is
 how agents.sock tells the slot's current process from anyone else (`orchestrator.trust`).
+
+The supervisor owns its tasks (one per launch, watching that process until it exits, and the
+hang watchdog): `stop_all` cancels what is left of them and waits until they have ended.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import structlog
 
 from goondan.settings import DEFAULTS, DaemonSettings
 from ipc.credential import new_credential
+from ipc.tasks import TaskSet
 from orchestrator.launcher import ChildProcess, Launcher
 
 Status = Literal[
@@ -38,10 +42,14 @@ def crash_backoff(consecutive_crashes: int, settings: DaemonSettings) -> float:
     return min(settings.crash_backoff_initial_s * 2.0**exponent, settings.crash_backoff_max_s)
 
 
+ProcessKind = Literal["agent", "connector"]
+
+
 class Exit(msgspec.Struct, frozen=True):
     """How an agent's process ended, for the router to redeliver or fail its requests."""
 
     agent: str
+    kind: ProcessKind
     code: int | None
     crashed: bool
     was_ready: bool  # False: it died during start-up
@@ -60,20 +68,16 @@ class ProcessInfo(msgspec.Struct, frozen=True):
     restarts: int
 
 
-ProcessKind = Literal["agent", "connector"]
-CONNECTION_PREFIX = "connection:"  # a connector process's name (and ZeroMQ identity)
-
-
-def kind_of(name: str) -> ProcessKind:
-    return "connector" if name.startswith(CONNECTION_PREFIX) else "agent"
+# Starts a connector process's name (and ZeroMQ identity), which `status` shows without it.
+CONNECTION_PREFIX = "connection:"
 
 
 class Slot:
     """One agent's (or connector's) process, over its successive incarnations."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, kind: ProcessKind) -> None:
         self.name = name
-        self.kind = kind_of(name)
+        self.kind: ProcessKind = kind  # which launcher starts it, what it may send
         self.status: Status = "terminated"
         self.process: ChildProcess | None = None
         self.restarts = 0
@@ -96,16 +100,19 @@ class Supervisor:
         agents: list[str],
         launchers: dict[ProcessKind, Launcher],
         *,
+        connectors: list[str] | None = None,
         on_ready: Callable[[str], None],
         on_exit: Callable[[Exit], None],
         settings: DaemonSettings = DEFAULTS.daemon,
     ) -> None:
         """`on_exit(exit)` lets the router redeliver or fail the agent's requests. `settings`:
         the hang timeout and the crash back-off."""
-        self.slots = {name: Slot(name) for name in agents}
+        self.slots = {name: Slot(name, "agent") for name in agents}
+        for name in connectors or ():
+            self.add(name, "connector")
         self.settings = settings
         self.hang_timeout_s = settings.hang_timeout_s
-        self._watchdog: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("supervisor")
         self._launchers = launchers
         self._on_ready = on_ready
         self._on_exit = on_exit
@@ -113,7 +120,7 @@ class Supervisor:
         self._log = structlog.get_logger().bind(component="supervisor")
 
     def start_watchdog(self) -> None:
-        self._watchdog = asyncio.get_running_loop().create_task(self._watch_heartbeats())
+        self._tasks.spawn(self._watch_heartbeats(), name="heartbeat watchdog")
 
     async def _watch_heartbeats(self) -> None:
         """Exits are noticed at once; this catches the process that is alive but hung."""
@@ -145,7 +152,7 @@ class Supervisor:
         slot.status = "spawning"
         slot.exited.clear()
         slot.credential = new_credential()  # this launch's, until its process exits
-        asyncio.get_running_loop().create_task(self._run(slot))
+        self._tasks.spawn(self._run(slot), name=f"run {slot.name}")
 
     def mark_ready(self, name: str, pid: int) -> None:
         slot = self.slots[name]
@@ -171,7 +178,7 @@ class Supervisor:
     def table(self) -> list[ProcessInfo]:
         return [
             ProcessInfo(
-                s.name.removeprefix(CONNECTION_PREFIX),
+                s.name.removeprefix(CONNECTION_PREFIX) if s.kind == "connector" else s.name,
                 s.kind,
                 s.process.pid if s.process else None,
                 s.status,
@@ -197,6 +204,7 @@ class Supervisor:
             self._on_exit(
                 Exit(
                     slot.name,
+                    slot.kind,
                     None,
                     False,
                     False,
@@ -244,6 +252,7 @@ class Supervisor:
         self._on_exit(
             Exit(
                 slot.name,
+                slot.kind,
                 code,
                 crashed,
                 was_ready,
@@ -273,8 +282,9 @@ class Supervisor:
     def note_success(self, name: str) -> None:
         self.slots[name].consecutive_crashes = 0
 
-    def add(self, name: str) -> None:
-        self.slots.setdefault(name, Slot(name))
+    def add(self, name: str, kind: ProcessKind) -> None:
+        if name not in self.slots:
+            self.slots[name] = Slot(name, kind)
 
     def remove(self, name: str) -> None:
         """Forget an agent that left the swarm (stop it first)."""
@@ -283,11 +293,13 @@ class Supervisor:
             slot.respawn_timer.cancel()
 
     async def stop_all(self, send_shutdown: Callable[[str], bool], grace_s: float) -> None:
-        """Drain every agent for good: no respawns after this."""
+        """Drain every agent for good: no respawns after this. Returns once every task of
+        the supervisor has ended."""
         self._closing = True
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-        await asyncio.gather(*(self.stop(n, send_shutdown, grace_s) for n in list(self.slots)))
+        try:
+            await asyncio.gather(*(self.stop(n, send_shutdown, grace_s) for n in list(self.slots)))
+        finally:
+            await self._tasks.close()  # the watchdog, and launches that outlived their stop
 
     async def stop(self, name: str, send_shutdown: Callable[[str], bool], grace_s: float) -> None:
         """Drain one agent: `shutdown` -> it finishes its turns -> exit; SIGKILL after the

@@ -10,6 +10,8 @@ import os
 import socket
 import time
 
+from ipc.tasks import TaskSet
+
 
 class Notifier:
     def __init__(self, environ: dict[str, str] | None = None) -> None:
@@ -21,7 +23,7 @@ class Notifier:
         usec = env.get("WATCHDOG_USEC", "")
         ours = watchdog_pid is None or watchdog_pid == str(os.getpid())
         self.watchdog_interval_s = int(usec) / 2_000_000 if usec.isdigit() and ours else None
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = TaskSet("systemd notifier")  # the watchdog's pings
 
     @property
     def enabled(self) -> bool:
@@ -50,11 +52,10 @@ class Notifier:
     def start_watchdog(self) -> None:
         """Ping from the event loop itself, so a hung loop stops the pings (and systemd acts)."""
         if self.watchdog_interval_s and self.enabled:
-            self._task = asyncio.get_running_loop().create_task(self._ping())
+            self._tasks.spawn(self._ping(), name="systemd watchdog")
 
-    def stop_watchdog(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+    async def stop_watchdog(self) -> None:
+        await self._tasks.close()
 
     async def _ping(self) -> None:
         assert self.watchdog_interval_s is not None

@@ -20,7 +20,7 @@ def refusal(slot: Slot | None, properties: dict[bytes, bytes]) -> str:
 
 
 def test_only_the_launch_under_way_is_admitted_as_the_slot() -> None:
-    slot = Slot("a")
+    slot = Slot("a", "agent")
     slot.credential = first = new_credential()
     admitted = admit(slot, presenting(first), KEY)
     assert admitted.how == "child" and admitted.speaks_for(slot)
@@ -32,11 +32,11 @@ def test_only_the_launch_under_way_is_admitted_as_the_slot() -> None:
 
 
 def test_the_operators_key_admits_an_agent_with_no_process_only() -> None:
-    slot = Slot("a")
+    slot = Slot("a", "agent")
     admitted = admit(slot, presenting(KEY), KEY)
     assert admitted.how == "external" and admitted.speaks_for(slot)
     slot.credential = new_credential()  # now it has a process of its own
     assert not admitted.speaks_for(slot)
     assert refusal(slot, presenting(KEY)) == "the agent has a process of its own"
-    connector = Slot("connection:c")
+    connector = Slot("connection:c", "connector")
     assert refusal(connector, presenting(KEY)).startswith("the operator's key is for agents")
