@@ -14,9 +14,8 @@ the agent's per-ref `config`. A failure stops the start with a message naming th
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -35,6 +34,7 @@ from goondan.bundle.model import AgentSpec, ExtensionSpec
 from goondan.extensions import ExtensionConfigError
 from goondan.tools import ToolCatalogItem, ToolHandler
 from ipc.error_codes import ErrorCode
+from ipc.tasks import TaskSet
 
 BASE_PACKAGE = "@goondan/base"
 GUARD = "required-tools-guard"
@@ -52,11 +52,11 @@ class ExtensionStartError(Exception):
 class EventBus:
     """`api.events`: in-process pub/sub shared by the agent's extensions (and the runtime's
     own events). A handler's exception is logged and never reaches the emitter; an async
-    handler runs as a task."""
+    handler runs as a task of the bus, cancelled by `aclose`."""
 
     def __init__(self) -> None:
         self._handlers: dict[str, list[Callable[..., Any]]] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks = TaskSet("extension events")
         self._log = structlog.get_logger().bind(component="extension-events")
 
     def on(self, event: str, handler: Callable[..., Any]) -> Callable[[], None]:
@@ -76,9 +76,8 @@ class EventBus:
             try:
                 result = handler(*args)
                 if inspect.isawaitable(result):
-                    task = asyncio.ensure_future(result)
-                    self._tasks.add(task)
-                    task.add_done_callback(self._done)
+                    coro = result if inspect.iscoroutine(result) else _awaited(result)
+                    self._tasks.spawn(coro, name=f"extension event {event}")
             except Exception:
                 self._log.exception("extension event handler failed", eventName=event)
 
@@ -90,10 +89,13 @@ class EventBus:
         if event in self._handlers:
             self.emit(event, payload)
 
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            self._log.error("extension event handler failed", error=repr(task.exception()))
+    async def aclose(self) -> None:
+        """Cancel the async handlers still running and wait until they have ended."""
+        await self._tasks.close()
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 class _PipelineApi:

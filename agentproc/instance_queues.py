@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from goondan.settings import DEFAULTS
+from ipc.tasks import TaskSet
 
 J = TypeVar("J")
 
@@ -33,7 +34,7 @@ class InstanceQueues(Generic[J]):
         self._queues: dict[str, deque[J]] = {}
         self._busy: set[str] = set()  # keys a worker is on (or has been handed)
         self._parked: list[asyncio.Future[str]] = []
-        self._workers: set[asyncio.Task[None]] = set()
+        self._workers = TaskSet("instance queues")
         self._idle_waiter: asyncio.Future[None] | None = None
 
     @property
@@ -60,9 +61,7 @@ class InstanceQueues(Generic[J]):
             if not parked.done():  # a parked worker cancelled at shutdown is skipped
                 parked.set_result(key)
                 return
-        task = asyncio.get_running_loop().create_task(self._worker(key))
-        self._workers.add(task)
-        task.add_done_callback(self._workers.discard)
+        self._workers.spawn(self._worker(key), name="instance worker")
 
     async def wait_idle(self) -> None:
         if not self._busy:
@@ -72,8 +71,11 @@ class InstanceQueues(Generic[J]):
         await asyncio.shield(self._idle_waiter)
 
     def cancel_all(self) -> None:
-        for task in self._workers:
-            task.cancel()
+        self._workers.cancel()
+
+    async def aclose(self) -> None:
+        """Cancel every worker, busy or parked, and wait until each has ended."""
+        await self._workers.close()
 
     async def _worker(self, key: str) -> None:
         loop = asyncio.get_running_loop()

@@ -25,6 +25,7 @@ from goondan.settings import DEFAULTS
 from goondan.tools import DelegateReply
 from ipc import wire
 from ipc.error_codes import ErrorCode
+from ipc.tasks import TaskSet
 
 
 class PeerClient:
@@ -50,6 +51,7 @@ class PeerClient:
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[wire.DelegateResult]] = {}
         self._calls: dict[str, asyncio.Future[wire.ControlReply]] = {}
+        self.async_requests = TaskSet("async agent requests")  # `request_async`'s, all turns'
 
     @property
     def outstanding(self) -> int:
@@ -184,11 +186,30 @@ class TurnRuntime:
         """Send the request and return its correlation id at once; the answer (or error)
         reaches the conversation as an `inter_agent_response` message before a later step."""
         cid = self._peers.new_correlation_id()
-        task = asyncio.get_running_loop().create_task(
-            self._request(cid, target, input, instance_key, timeout_ms)
+        self._peers.async_requests.spawn(
+            self._answer_later(cid, target, input, instance_key, timeout_ms),
+            name=f"async request {cid} to {target}",
         )
-        task.add_done_callback(lambda done: self._deliver_async(_async_message(cid, target, done)))
         return cid
+
+    async def _answer_later(
+        self,
+        cid: str,
+        target: str,
+        input: str,
+        instance_key: str | None,
+        timeout_ms: int | None,
+    ) -> None:
+        """An async request: its answer, error or cancellation goes to the conversation."""
+        try:
+            reply = await self._request(cid, target, input, instance_key, timeout_ms)
+        except asyncio.CancelledError as exc:
+            self._deliver_async(_async_message(cid, target, None, exc))
+            raise
+        except Exception as exc:
+            self._deliver_async(_async_message(cid, target, None, exc))
+        else:
+            self._deliver_async(_async_message(cid, target, reply, None))
 
     async def _request(
         self,
@@ -244,16 +265,20 @@ class TurnRuntime:
         return self._catalog
 
 
-def _async_message(cid: str, target: str, done: asyncio.Task[DelegateReply]) -> Message:
+def _async_message(
+    cid: str, target: str, reply: DelegateReply | None, exc: BaseException | None
+) -> Message:
+    """The conversation's message for an async request's `reply`, or the `exc` it ended in."""
     body: dict[str, Any] = {"type": "inter_agent_response", "requestId": cid, "fromAgentId": target}
-    if done.cancelled():
+    if isinstance(exc, asyncio.CancelledError):
         body.update(status="error", error={"code": ErrorCode.E_CANCELLED, "message": "cancelled"})
-    elif (exc := done.exception()) is not None:
+    elif exc is not None:
         code = getattr(exc, "code", ErrorCode.AGENT_REQUEST_ERROR)
         status = "timeout" if code == ErrorCode.AGENT_REQUEST_TIMEOUT else "error"
         body.update(status=status, error={"code": code, "message": str(exc)})
     else:
-        body.update(status="ok", response=done.result().response)
+        assert reply is not None
+        body.update(status="ok", response=reply.response)
     return Message(
         id=f"async-{cid}-{int(time.time() * 1000)}",
         role="user",

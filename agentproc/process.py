@@ -27,6 +27,7 @@ from ipc import wire, zmtp
 from ipc.credential import properties
 from ipc.dealer import Dealer
 from ipc.error_codes import ErrorCode
+from ipc.tasks import TaskSet
 
 
 class Job(msgspec.Struct, frozen=True):
@@ -440,11 +441,11 @@ class AgentProcess:
             )
         )
         self.log.debug("agent ready", pid=os.getpid())
-        heartbeat = asyncio.get_running_loop().create_task(self._heartbeat())
-        settler = asyncio.get_running_loop().create_task(self._settle_quiet_instances())
+        background = TaskSet(f"agent {self.name}")
+        background.spawn(self._heartbeat(), name="heartbeat")
+        background.spawn(self._settle_quiet_instances(), name="settle quiet instances")
         await self._stop.wait()
-        heartbeat.cancel()
-        settler.cancel()
+        await background.close()
         grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
         try:
             await asyncio.wait_for(self.queues.wait_idle(), grace)
@@ -455,6 +456,15 @@ class AgentProcess:
                 await asyncio.wait_for(self.queues.wait_idle(), self._cancel_wait_s)
             except TimeoutError:
                 pass
+        # The parked workers end here; a turn that ignored its cancellation ends with the
+        # process. Async requests still waiting are cancelled (their instances hear of it).
+        if self.queues.busy:
+            self.queues.cancel_all()
+        else:
+            await self.queues.aclose()
+        await self.peers.async_requests.close()
+        if self.definition.bus is not None:
+            await self.definition.bus.aclose()  # extensions' async event handlers
         for instance in self._instances.values():
             instance.close()
         self.events.close()

@@ -3,6 +3,7 @@
 from goondan import ToolContext, ToolError                 # tools
 from goondan import ExtensionApi, StepMiddlewareContext    # extensions
 from goondan import ConnectorContext                       # connectors
+from goondan import TaskSet                                # background tasks with an owner
 """
 
 from goondan.connectors import (
@@ -68,6 +69,7 @@ from goondan.tools import (
     ToolResult,
 )
 from ipc.error_codes import ErrorCode
+from ipc.tasks import TaskSet
 
 __all__ = [
     "Ack",
@@ -110,6 +112,7 @@ __all__ = [
     "StepMiddleware",
     "StepMiddlewareContext",
     "StepResult",
+    "TaskSet",
     "TokenUsage",
     "ToolCall",
     "ToolCallMiddleware",

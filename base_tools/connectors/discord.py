@@ -17,7 +17,6 @@ ACK_TEXT (default "Received.") is sent back to the user who ran a command, priva
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -42,6 +41,7 @@ from goondan import (
     PendingReply,
     ReplyFailed,
     ReplyTimeout,
+    TaskSet,
 )
 
 PING, APPLICATION_COMMAND, MESSAGE_COMPONENT, AUTOCOMPLETE, MODAL_SUBMIT = 1, 2, 3, 4, 5
@@ -168,7 +168,7 @@ async def main(ctx: ConnectorContext) -> None:
     reply = flag(ctx, "REPLY")
     ack_text = setting(ctx, "ACK_TEXT") or "Received."
     base_url = setting(ctx, "DISCORD_API_BASE_URL") or DEFAULT_API_BASE_URL
-    editing: set[asyncio.Task[None]] = set()
+    editing = TaskSet("discord replies")
 
     async def handle(request: web.Request, body: bytes) -> web.StreamResponse:
         if not verify_discord_signature(
@@ -195,13 +195,12 @@ async def main(ctx: ConnectorContext) -> None:
         try:
             if reply and can_edit:
                 pending = await ctx.start_request(**event)
-                task = asyncio.create_task(
+                editing.spawn(
                     _edit_original(
                         ctx, base_url, pending, props["application_id"], props["interaction_token"]
-                    )
+                    ),
+                    name="edit reply",
                 )
-                editing.add(task)
-                task.add_done_callback(editing.discard)
                 return web.json_response({"type": DEFERRED_CHANNEL_MESSAGE})
             await ctx.emit(**event)
         except EventRefused as exc:
@@ -221,7 +220,4 @@ async def main(ctx: ConnectorContext) -> None:
     try:
         await serve_post(ctx, handle, name="discord", default_port=8788)
     finally:
-        if editing:
-            await asyncio.wait(editing, timeout=2.0)
-            for task in list(editing):
-                task.cancel()
+        await editing.close(grace_s=2.0)

@@ -21,7 +21,6 @@ SLACK_API_BASE_URL, default https://slack.com/api).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import OrderedDict
 from typing import Any
@@ -48,6 +47,7 @@ from goondan import (
     PendingReply,
     ReplyFailed,
     ReplyTimeout,
+    TaskSet,
 )
 
 SIGNATURE_WINDOW_S = 5 * 60
@@ -180,7 +180,7 @@ async def main(ctx: ConnectorContext) -> None:
         raise ConnectorConfigError("[slack] REPLY=true needs the secret SLACK_BOT_TOKEN")
     base_url = setting(ctx, "SLACK_API_BASE_URL") or DEFAULT_API_BASE_URL
     seen: OrderedDict[str, None] = OrderedDict()
-    posting: set[asyncio.Task[None]] = set()
+    posting = TaskSet("slack replies")
 
     async def handle(request: web.Request, body: bytes) -> web.StreamResponse:
         if signing_secret is not None and not verify_slack_signature(
@@ -208,7 +208,7 @@ async def main(ctx: ConnectorContext) -> None:
             if reply and token is not None:
                 pending = await ctx.start_request(**event)
                 props = event["properties"]
-                task = asyncio.create_task(
+                posting.spawn(
                     _post_reply(
                         ctx,
                         base_url,
@@ -216,10 +216,9 @@ async def main(ctx: ConnectorContext) -> None:
                         pending,
                         props["channel_id"],
                         props.get("thread_ts") or props["ts"],
-                    )
+                    ),
+                    name="post reply",
                 )
-                posting.add(task)
-                task.add_done_callback(posting.discard)
             else:
                 await ctx.emit(**event)
         except EventRefused as exc:
@@ -241,7 +240,4 @@ async def main(ctx: ConnectorContext) -> None:
             path_keys=("SLACK_WEBHOOK_PATH", "PATH"),
         )
     finally:
-        if posting:
-            await asyncio.wait(posting, timeout=2.0)
-            for task in list(posting):
-                task.cancel()
+        await posting.close(grace_s=2.0)

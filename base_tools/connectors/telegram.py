@@ -20,7 +20,6 @@ updates without text or picture.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httpx
@@ -34,6 +33,7 @@ from goondan import (
     PendingReply,
     ReplyFailed,
     ReplyTimeout,
+    TaskSet,
 )
 
 EVENT = "telegram_message"
@@ -204,7 +204,7 @@ async def main(ctx: ConnectorContext) -> None:
     base_url = setting(ctx, "TELEGRAM_API_BASE_URL", secrets=True) or DEFAULT_API_BASE_URL
     confirmed = offset
     reply = flag(ctx, "REPLY")
-    replies: set[asyncio.Task[None]] = set()
+    replies = TaskSet("telegram replies")
     async with httpx.AsyncClient() as client:
         api = BotApi(client, base_url, token)
         ctx.logger.info("[telegram] polling", apiBaseUrl=base_url, reply=reply)
@@ -254,7 +254,7 @@ async def main(ctx: ConnectorContext) -> None:
                             if reply:
                                 pending = await ctx.start_request(**event)
                                 props = event["properties"]
-                                task = asyncio.create_task(
+                                replies.spawn(
                                     _send_reply(
                                         ctx,
                                         api,
@@ -262,10 +262,9 @@ async def main(ctx: ConnectorContext) -> None:
                                         props["chat_id"],
                                         props.get("message_id"),
                                         request_timeout,
-                                    )
+                                    ),
+                                    name="send reply",
                                 )
-                                replies.add(task)
-                                task.add_done_callback(replies.discard)
                             else:
                                 await ctx.emit(**event)
                         except EventRefused as exc:
@@ -287,8 +286,5 @@ async def main(ctx: ConnectorContext) -> None:
                         "[telegram] could not confirm the last updates", error=str(exc)
                     )
         finally:
-            if replies:
-                await asyncio.wait(replies, timeout=2.0)
-                for task in list(replies):
-                    task.cancel()
+            await replies.close(grace_s=2.0)
     ctx.logger.info("[telegram] stopped", offset=offset)
