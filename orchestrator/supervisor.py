@@ -195,8 +195,13 @@ class Supervisor:
         assert slot.credential is not None
         try:
             slot.process = await self._launchers[slot.kind].launch(slot.name, slot.credential)
-        except OSError as exc:
-            self._log.error("cannot start agent process", agent=slot.name, error=str(exc))
+        except Exception as exc:  # an OSError, or a bug: either way the slot must not hang
+            self._log.error(
+                "cannot start agent process",
+                agent=slot.name,
+                error=str(exc),
+                exc_info=not isinstance(exc, OSError),
+            )
             slot.credential = None
             slot.status = "crashed"
             slot.exited.set()
