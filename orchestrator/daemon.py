@@ -299,9 +299,10 @@ class Daemon:
         stop = asyncio.ensure_future(self._stop.wait())
         await asyncio.wait([ask, stop], return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
-        if not ask.done():
-            ask.cancel()
-            await asyncio.wait([ask, stop])  # both end here, not after the loop
+        interrupted = not ask.done()
+        ask.cancel()  # nothing when it is done
+        await asyncio.wait([ask, stop])  # both end here, not after the loop
+        if interrupted:
             return wire.DelegateResult(
                 "error",
                 self.entry_agent,
