@@ -10,11 +10,12 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_for as wait_for  # the e2e tests import it from here
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = REPO / "configs" / "quickstart"
@@ -69,14 +70,13 @@ class Daemon:
         self.wait_ready()
 
     def wait_ready(self, timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"daemon exited {self.proc.returncode}: {self.logs()}")
-            if (self.state_root / "run" / "orchestrator.json").exists():
-                return
-            time.sleep(0.02)
-        raise AssertionError(f"daemon not ready in {timeout}s: {self.logs()}")
+        ready = self.state_root / "run" / "orchestrator.json"
+        try:
+            wait_for(lambda: self.proc.poll() is not None or ready.exists(), timeout)
+        except AssertionError as exc:
+            raise AssertionError(f"daemon not ready: {exc}\n{self.logs()}") from None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"daemon exited {self.proc.returncode}: {self.logs()}")
 
     def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return goondan(*args, "--state-root", str(self.state_root), timeout=timeout)
@@ -133,16 +133,6 @@ def pid_alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
-
-
-def wait_for(predicate, timeout: float = 10, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 def solo_bundle(

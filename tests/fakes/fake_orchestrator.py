@@ -32,6 +32,7 @@ import zmq.asyncio
 
 from ipc import wire
 from ipc.credential import CREDENTIAL_PROPERTY
+from tests.waiting import describe
 
 BUNDLE_HEAD = """\
 apiVersion: goondan.ai/v1
@@ -275,7 +276,8 @@ class FakeOrchestrator:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AssertionError(
-                    f"timed out; got {[e.type for e in self.envelopes]}\n"
+                    f"timed out after {timeout}s waiting for {describe(check)}; "
+                    f"got {[e.type for e in self.envelopes]}\n"
                     f"{proc.logs() if proc else ''}"
                 )
             self._changed.clear()

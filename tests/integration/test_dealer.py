@@ -12,7 +12,7 @@ from ipc import zmtp
 from ipc.channel import Channel
 from ipc.dealer import Dealer
 from ipc.endpoints import bind_router
-from tests.integration.waiting import until
+from tests.waiting import until
 
 
 async def test_ten_thousand_messages_each_way_in_order(directory, ctx):

@@ -21,7 +21,7 @@ from ipc import zmtp
 from ipc.dealer import Dealer
 from ipc.endpoints import connect_dealer
 from ipc.router_socket import DEFAULT_LIMITS, RouterLimits, RouterSocket, Unroutable
-from tests.integration.waiting import until
+from tests.waiting import until
 
 
 @pytest.fixture
