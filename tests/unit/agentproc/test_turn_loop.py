@@ -2,7 +2,7 @@
 
 import asyncio
 import json
-import time
+import threading
 
 import pytest
 
@@ -54,28 +54,36 @@ async def test_model_errors_end_the_turn_with_their_code(tmp_path):
 
 
 async def test_calls_of_one_reply_run_concurrently_and_answer_in_order(tmp_path):
+    # Each call waits for one after it, so only calls that run concurrently can finish (run
+    # one by one, the first would wait for the others forever): "third" ends first, then the
+    # blocking "sync" (on its thread), then "first".
     finished: list[str] = []
+    loop = asyncio.get_running_loop()
+    third_done = threading.Event()
+    sync_done = asyncio.Event()
 
-    async def slow(ctx, args):
-        await asyncio.sleep(args["s"])
-        finished.append(args["name"])
-        return args["name"]
+    async def first(ctx, args):
+        await asyncio.wait_for(sync_done.wait(), 10)
+        finished.append("first")
+        return "first"
 
     def blocking(ctx, args):
-        time.sleep(0.2)
+        assert third_done.wait(10), "the third call never ran beside this one"
         finished.append("sync")
+        loop.call_soon_threadsafe(sync_done.set)
         return "sync"
 
-    calls = [
-        call("t__slow", {"s": 0.3, "name": "first"}, "c1"),
-        call("t__sync", {}, "c2"),
-        call("t__slow", {"s": 0.05, "name": "third"}, "c3"),
-    ]
+    async def third(ctx, args):
+        finished.append("third")
+        third_done.set()
+        return "third"
+
+    calls = [call("t__first", {}, "c1"), call("t__sync", {}, "c2"), call("t__third", {}, "c3")]
     model = ScriptedModel(reply(None, *calls), reply("done"))
-    definition = agent(model, tool("t__slow", slow), tool("t__sync", blocking))
-    started = time.monotonic()
+    definition = agent(
+        model, tool("t__first", first), tool("t__sync", blocking), tool("t__third", third)
+    )
     await turn(definition, tmp_path)
-    assert time.monotonic() - started < 0.5  # 0.3 + 0.2 + 0.05 if they had run one by one
     assert finished == ["third", "sync", "first"]
     assert [r["output"] for r in tool_results(model)] == ["first", "sync", "third"]
     tool_ids = [m.tool_call_id for m in model.requests[-1].messages if m.role == "tool"]
@@ -305,15 +313,20 @@ async def test_token_budget_ends_the_turn_with_a_clear_message(tmp_path):
 
 
 async def test_time_budget_stops_a_slow_tool(tmp_path):
+    cancelled: list[bool] = []
+
     async def slow(ctx, args):
-        await asyncio.sleep(30)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
 
     inst = instance(tmp_path)
     model = ScriptedModel(reply(None, call("t__slow", {}, "c1")))
     definition = agent(model, tool("t__slow", slow), budget=BudgetPolicy(max_turn_seconds=0.2))
-    started = time.monotonic()
     outcome = await turn(definition, inst)
-    assert time.monotonic() - started < 5
+    assert cancelled == [True]  # stopped, not waited for
     assert (outcome.finish_reason, outcome.error_code) == ("budget", "E_TURN_BUDGET")
     assert "ran out of time" in outcome.text
     [result] = [json.loads(m.content) for m in inst.conversation.messages if m.role == "tool"]
