@@ -23,6 +23,7 @@ import contextlib
 import os
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,10 +120,12 @@ class RuntimeEventLog:
         flush_after_s: float = DEFAULTS.storage.runtime_events_flush_after_s,
         flush_slack_s: float = DEFAULTS.storage.runtime_events_flush_slack_s,
         flush_count: int = DEFAULTS.storage.runtime_events_flush_count,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """`flush_after_s`, `flush_slack_s`, `flush_count`: when a batch is written (above);
-        past `rotate_bytes` the file is rotated."""
+        past `rotate_bytes` the file is rotated. `clock`: what `due` is measured on."""
         self.path = directory / EVENTS_FILE
+        self._clock = clock  # when batches are due; tests give the event loop's virtual clock
         self._rotate_bytes = rotate_bytes
         self._flush_after_s = flush_after_s
         self._flush_slack_s = flush_slack_s  # longer than a busy agent waits for its next turn
@@ -131,7 +134,7 @@ class RuntimeEventLog:
         self._fd: int | None = None
         self._held: list[RuntimeEvent] = []
         self._timer: asyncio.TimerHandle | None = None
-        self.due: float | None = None  # when the held batch is due (time.monotonic())
+        self.due: float | None = None  # when the held batch is due (on `clock`)
         self._warned_at = -DROP_WARN_S  # when a dropped batch was last logged
         self._dropped_bytes = 0  # dropped since then
 
@@ -146,12 +149,12 @@ class RuntimeEventLog:
                 self.flush()
                 return
             delay = self._flush_after_s * random.uniform(0.5, 1.0)
-            self.due = time.monotonic() + delay
+            self.due = self._clock() + delay
             self._timer = loop.call_later(delay + self._flush_slack_s, self.flush)
 
     def write_if_due(self) -> None:
         """Write the held batch if it is due (called after a turn has answered)."""
-        if self.due is not None and self.due <= time.monotonic():
+        if self.due is not None and self.due <= self._clock():
             self.flush()
 
     def flush(self) -> None:

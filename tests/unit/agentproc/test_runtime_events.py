@@ -7,7 +7,6 @@ import asyncio
 import random
 import re
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from agentproc.runtime_events import (
     new_turn_id,
     now_iso,
 )
+from tests import virtual_clock
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 
@@ -83,47 +83,55 @@ def batch_due_after_100ms(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(random, "uniform", lambda low, high: low)
 
 
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[RuntimeEventLog]:
-    """An agent's log in `tmp_path`, due 0.2 s after its first event; closed after."""
-    log = RuntimeEventLog(tmp_path, flush_after_s=0.2, flush_slack_s=0.2)
-    yield log
-    log.close()
+def _log_on_loop_clock(
+    directory: Path, flush_after_s: float = 0.2, flush_slack_s: float = 0.2
+) -> RuntimeEventLog:
+    """An agent's log in `directory`, due on the running (virtual) loop's clock."""
+    return RuntimeEventLog(
+        directory,
+        clock=asyncio.get_running_loop().time,
+        flush_after_s=flush_after_s,
+        flush_slack_s=flush_slack_s,
+    )
 
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
-async def test_a_busy_agent_writes_its_batch_after_a_turn_once_it_is_due(
-    tmp_path: Path, log: RuntimeEventLog
-) -> None:
-    log.emit(_event("turn.started"))
-    log.emit(_event("turn.completed"))
-    log.write_if_due()
-    assert _written(tmp_path) == []  # held: not due yet
-    await asyncio.sleep(0.15)  # due at 0.1 s; the timer would write at 0.3 s
-    log.emit(_event("turn.started"))
-    log.emit(_event("turn.completed"))
-    assert _written(tmp_path) == []  # events alone do not write a due batch
-    log.write_if_due()
-    assert _written(tmp_path) == ["turn.started", "turn.completed"] * 2
+def test_a_busy_agent_writes_its_batch_after_a_turn_once_it_is_due(tmp_path: Path) -> None:
+    async def main() -> None:
+        log = _log_on_loop_clock(tmp_path)
+        log.emit(_event("turn.started"))
+        log.emit(_event("turn.completed"))
+        log.write_if_due()
+        assert _written(tmp_path) == []  # held: not due yet
+        await asyncio.sleep(0.15)  # due at 0.1 s; the timer would write at 0.3 s
+        log.emit(_event("turn.started"))
+        log.emit(_event("turn.completed"))
+        assert _written(tmp_path) == []  # events alone do not write a due batch
+        log.write_if_due()
+        assert _written(tmp_path) == ["turn.started", "turn.completed"] * 2
+        log.close()
+
+    virtual_clock.run(main())
 
 
-async def test_a_quiet_agent_has_its_batch_written_by_the_timer_soon_after_it_is_due(
+def test_a_quiet_agent_has_its_batch_written_by_the_timer_soon_after_it_is_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Due at 0.3 s, so the timer writes at 0.4 s (the default flush_slack_s after): while the
-    # agent is idle, not a whole flush_after_s later (0.9 s), when the next burst of work may
-    # have begun.
+    # Due at 0.3 s, so the timer writes at 0.4 s (flush_slack_s after): while the agent is
+    # idle, not a whole flush_after_s later (0.9 s), when the next burst of work may have begun.
     monkeypatch.setattr(random, "uniform", lambda low, high: low)
-    log = RuntimeEventLog(tmp_path, flush_after_s=0.6)
-    started = time.monotonic()
-    log.emit(_event("turn.started"))
-    log.emit(_event("turn.completed"))
-    while not _written(tmp_path) and time.monotonic() - started < 5:
-        await asyncio.sleep(0.01)
-    written_after = time.monotonic() - started
-    assert _written(tmp_path) == ["turn.started", "turn.completed"]
-    assert 0.3 <= written_after < 0.85
-    log.close()
+
+    async def main() -> None:
+        log = _log_on_loop_clock(tmp_path, flush_after_s=0.6, flush_slack_s=0.1)
+        log.emit(_event("turn.started"))
+        log.emit(_event("turn.completed"))
+        await asyncio.sleep(0.399)
+        assert _written(tmp_path) == []
+        await asyncio.sleep(0.002)
+        assert _written(tmp_path) == ["turn.started", "turn.completed"]
+        log.close()
+
+    virtual_clock.run(main())
 
 
 def test_events_without_an_event_loop_are_written_at_once(tmp_path: Path) -> None:
@@ -134,16 +142,19 @@ def test_events_without_an_event_loop_are_written_at_once(tmp_path: Path) -> Non
 
 
 @pytest.mark.usefixtures("batch_due_after_100ms")
-async def test_a_batch_written_early_does_not_make_the_next_one_due_at_its_time(
-    tmp_path: Path, log: RuntimeEventLog
-) -> None:
-    log.emit(_event("turn.started"))  # due at 0.1 s
-    log.emit(_event("tool.called"))  # written at once, with what was held
-    await asyncio.sleep(0.05)
-    log.emit(_event("tool.completed"))  # a new batch: due at 0.15 s
-    await asyncio.sleep(0.07)
-    log.write_if_due()  # 0.12 s: the first batch's time, not the second's
-    assert _written(tmp_path) == ["turn.started", "tool.called"]
-    await asyncio.sleep(0.05)
-    log.write_if_due()
-    assert _written(tmp_path) == ["turn.started", "tool.called", "tool.completed"]
+def test_a_batch_written_early_does_not_make_the_next_one_due_at_its_time(tmp_path: Path) -> None:
+    async def main() -> None:
+        log = _log_on_loop_clock(tmp_path)
+        log.emit(_event("turn.started"))  # due at 0.1 s
+        log.emit(_event("tool.called"))  # written at once, with what was held
+        await asyncio.sleep(0.05)
+        log.emit(_event("tool.completed"))  # a new batch: due at 0.15 s
+        await asyncio.sleep(0.07)
+        log.write_if_due()  # 0.12 s: the first batch's time, not the second's
+        assert _written(tmp_path) == ["turn.started", "tool.called"]
+        await asyncio.sleep(0.05)
+        log.write_if_due()
+        assert _written(tmp_path) == ["turn.started", "tool.called", "tool.completed"]
+        log.close()
+
+    virtual_clock.run(main())
