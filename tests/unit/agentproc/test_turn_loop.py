@@ -3,10 +3,13 @@
 import asyncio
 import json
 import threading
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentproc.messages import Message, ModelError
+from goondan import ToolContext
 from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing
 from tests.unit.agentproc.loop_kit import (
     ScriptedModel,
@@ -53,7 +56,7 @@ async def test_model_errors_end_the_turn_with_their_code(tmp_path):
 # -- parallel calls --------------------------------------------------------------------------------
 
 
-async def test_calls_of_one_reply_run_concurrently_and_answer_in_order(tmp_path):
+async def test_calls_of_one_reply_run_concurrently_and_answer_in_order(tmp_path: Path) -> None:
     # Each call waits for one after it, so only calls that run concurrently can finish (run
     # one by one, the first would wait for the others forever): "third" ends first, then the
     # blocking "sync" (on its thread), then "first".
@@ -62,18 +65,18 @@ async def test_calls_of_one_reply_run_concurrently_and_answer_in_order(tmp_path)
     third_done = threading.Event()
     sync_done = asyncio.Event()
 
-    async def first(ctx, args):
+    async def first(ctx: ToolContext, args: dict[str, Any]) -> str:
         await asyncio.wait_for(sync_done.wait(), 10)
         finished.append("first")
         return "first"
 
-    def blocking(ctx, args):
+    def blocking(ctx: ToolContext, args: dict[str, Any]) -> str:
         assert third_done.wait(10), "the third call never ran beside this one"
         finished.append("sync")
         loop.call_soon_threadsafe(sync_done.set)
         return "sync"
 
-    async def third(ctx, args):
+    async def third(ctx: ToolContext, args: dict[str, Any]) -> str:
         finished.append("third")
         third_done.set()
         return "third"
@@ -312,10 +315,10 @@ async def test_token_budget_ends_the_turn_with_a_clear_message(tmp_path):
     assert inst.conversation.messages[-1].content == outcome.text
 
 
-async def test_time_budget_stops_a_slow_tool(tmp_path):
+async def test_time_budget_stops_a_slow_tool(tmp_path: Path) -> None:
     cancelled: list[bool] = []
 
-    async def slow(ctx, args):
+    async def slow(ctx: ToolContext, args: dict[str, Any]) -> None:
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:

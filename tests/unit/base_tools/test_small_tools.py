@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
+from typing import Any
 
 import pytest
 
 from base_tools import json_query, self_restart, text_transform, wait
 from goondan import ToolContext, ToolError
+from tests import virtual_clock
 
 DOC = json.dumps(
     {
@@ -23,17 +25,17 @@ DOC = json.dumps(
 # --- wait -----------------------------------------------------------------------------------------
 
 
-async def test_wait_seconds(ctx: ToolContext) -> None:
-    started = time.monotonic()
-    assert await wait.handlers["seconds"](ctx, {"seconds": 0.05}) == {
-        "waitedSeconds": 0.05,
-        "waitedMs": 50,
-    }
-    assert time.monotonic() - started >= 0.05
-    assert await wait.handlers["seconds"](ctx, {"seconds": 0}) == {
-        "waitedSeconds": 0,
-        "waitedMs": 0,
-    }
+def test_wait_seconds(ctx: ToolContext) -> None:
+    async def waited(seconds: float) -> tuple[dict[str, Any], float]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        out = await wait.handlers["seconds"](ctx, {"seconds": seconds})
+        return out, loop.time() - started
+
+    # On a virtual clock: the loop's time moves exactly as far as the tool waited.
+    assert virtual_clock.run(waited(0.05)) == ({"waitedSeconds": 0.05, "waitedMs": 50}, 0.05)
+    assert virtual_clock.run(waited(0)) == ({"waitedSeconds": 0, "waitedMs": 0}, 0)
+    assert virtual_clock.run(waited(300)) == ({"waitedSeconds": 300, "waitedMs": 300000}, 300)
 
 
 @pytest.mark.parametrize("seconds", [-1, 301, float("nan"), float("inf")])
