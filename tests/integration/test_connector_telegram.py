@@ -89,7 +89,7 @@ async def test_telegram_offsets_429_backoff_bots_ignored_and_replies_posted() ->
 
         calls = api.calls_of("getUpdates")
         times = api.times_of("getUpdates")
-        assert times[1] - times[0] >= 0.9, "429 retry_after not honoured"
+        assert times[1] - times[0] >= 1, "429 retry_after not honoured"
         assert "offset" not in calls[0] and "offset" not in calls[1]
         offsets = [c.get("offset") for c in calls[2:]]
         assert edited + 1 in offsets and later + 1 in offsets  # every update confirmed
