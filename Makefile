@@ -20,7 +20,8 @@ run: install
 		--input "What is 19 plus 23? Ask the researcher for a fun fact too."
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal -m 'not serial'
+	$(BIN)/python -m pytest -q -m serial
 
 bench: install
 	$(BIN)/python -m bench

@@ -239,6 +239,7 @@ def test_fsync_durability_has_the_turn_on_disk_when_it_answers(start_daemon, sta
     assert stored[-1].role == "assistant" and "2" in (stored[-1].content or "")
 
 
+@pytest.mark.slow  # waits out the agent's quiet period
 def test_quiet_instances_are_synced_and_unloaded(start_daemon, state_root):
     daemon = start_daemon()
     assert daemon.send("What is 3 plus 3?").returncode == 0

@@ -7,11 +7,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from bench.soak import RATES
 
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_soak_runs_every_attack_and_counts_every_request() -> None:
     with tempfile.TemporaryDirectory(prefix="soak-smoke-") as tmp:
         report_path = Path(tmp) / "soak.json"

@@ -1,0 +1,16 @@
+"""Marks shared by every layer of the suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+E2E = Path(__file__).parent / "e2e"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # By directory, so a new end-to-end test cannot forget it: `-m "not e2e"` is the quick run.
+    for item in items:
+        if item.path.is_relative_to(E2E):
+            item.add_marker(pytest.mark.e2e)
