@@ -20,7 +20,7 @@ from goondan.bundle import load_bundle
 from goondan.paths import StatePaths
 from ipc import wire
 from orchestrator.daemon import Daemon
-from tests.integration.waiting import until
+from tests.waiting import until
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart"
 
