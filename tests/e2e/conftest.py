@@ -10,8 +10,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,12 +85,13 @@ class Daemon:
     def send(self, text: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return self.cli("send", text, *args, timeout=timeout)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         proc = self.cli("status", "--json")
         assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        status: dict[str, Any] = json.loads(proc.stdout)
+        return status
 
-    def process(self, name: str) -> dict:
+    def process(self, name: str) -> dict[str, Any]:
         return next(p for p in self.status()["processes"] if p["name"] == name)
 
     def logs(self) -> str:
@@ -109,7 +111,7 @@ class Daemon:
 
 
 @pytest.fixture
-def start_daemon(state_root: Path) -> Iterator:
+def start_daemon(state_root: Path) -> Iterator[Callable[..., Daemon]]:
     daemons: list[Daemon] = []
 
     def start(bundle: Path = QUICKSTART, *extra: str, env: dict[str, str] | None = None) -> Daemon:
@@ -138,7 +140,7 @@ def pid_alive(pid: int) -> bool:
 def solo_bundle(
     directory: Path,
     *,
-    rules: list[dict] | None = None,
+    rules: list[dict[str, Any]] | None = None,
     tool: str | None = None,
     code: str = "",
     base_tools: tuple[str, ...] = (),
@@ -151,7 +153,7 @@ def solo_bundle(
 
     api = "goondan.ai/v1"
     options = {"rules": rules} if rules else {}
-    docs: list[dict] = [
+    docs: list[dict[str, Any]] = [
         {
             "apiVersion": api,
             "kind": "Model",
@@ -159,7 +161,7 @@ def solo_bundle(
             "spec": {"provider": "scripted", "model": "s", "options": options},
         }
     ]
-    refs: list[dict] = [
+    refs: list[dict[str, Any]] = [
         {"ref": {"kind": "Tool", "name": name, "package": "@goondan/base"}} for name in base_tools
     ]
     if tool is not None:
@@ -181,7 +183,7 @@ def solo_bundle(
             "spec": {"modelConfig": {"modelRef": "Model/m"}, "tools": refs},
         }
     )
-    swarm: dict = {"entryAgent": "Agent/solo", "agents": [{"ref": "Agent/solo"}]}
+    swarm: dict[str, Any] = {"entryAgent": "Agent/solo", "agents": [{"ref": "Agent/solo"}]}
     if grace_s is not None:
         swarm["policy"] = {"shutdown": {"gracePeriodSeconds": grace_s}}
     docs.append(

@@ -89,6 +89,7 @@ def test_every_request_gets_exactly_one_answer_under_random_kills(start_daemon, 
         while sock.poll(wait_ms):
             env = wire.decode(sock.recv())
             cid = env.correlation_id
+            assert cid is not None  # every delegation result answers one request
             answers.setdefault(cid, []).append(wire.decode_payload(env, wire.DelegateResult))
             if time.monotonic() - sent[cid] > TIMEOUT_MS / 1000 + SLACK_S:
                 late.append(cid)
@@ -128,7 +129,7 @@ def test_every_request_gets_exactly_one_answer_under_random_kills(start_daemon, 
     assert not late, f"{len(late)} answers came after the request's timeout"
     outcomes = [got[0] for got in answers.values()]
     ok = sum(1 for r in outcomes if r.status == "ok")
-    codes = {r.error.code for r in outcomes if r.status == "error"}
+    codes = {r.error.code for r in outcomes if r.error is not None}
     # Sanity, not a promise: agents die every ~200 ms, yet most requests get through.
     assert ok >= REQUESTS // 4, f"only {ok} succeeded; errors: {codes}"
     assert codes <= {"E_AGENT_CRASHED", "AGENT_REQUEST_TIMEOUT"}, codes

@@ -10,6 +10,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def post(port: int, body: dict, *, secret: str | None = SECRET, raw: bytes | None = None):
+def post(port: int, body: dict[str, Any], *, secret: str | None = SECRET, raw: bytes | None = None):
     data = raw if raw is not None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if secret is not None:
@@ -98,7 +99,8 @@ def test_crashed_connector_is_respawned_and_serves_again(webhook):
 
     def answers() -> bool:
         try:
-            return post(port, {"text": "What is 1 plus 1?", "wait": True})[0] == 200
+            status: int = post(port, {"text": "What is 1 plus 1?", "wait": True})[0]
+            return status == 200
         except OSError:
             return False
 
@@ -163,6 +165,7 @@ def test_cli_connector_reads_the_daemons_stdin(tmp_path, state_root):
         stderr=stderr,
         text=True,
     )
+    assert daemon.stdin is not None and daemon.stdout is not None
     try:
         daemon.stdin.write("What is 2 plus 3?\nWhat is 4 plus 4?\n")
         daemon.stdin.close()
@@ -193,7 +196,7 @@ def test_a_connection_tool_policy_applies_to_its_turns(start_daemon, tmp_path, s
     status, body = post(port, {"text": "What is 1 plus 2?", "wait": True})
     assert status == 200
     tool_results = [
-        json.loads(m.content)
+        json.loads(m.content or "")
         for m in read_messages(state_root / "swarms/default/instances/webhook:default/responder")
         if m.role == "tool"
     ]

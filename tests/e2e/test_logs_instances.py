@@ -132,8 +132,15 @@ def test_logs_follow_goes_on_across_a_rotation(state_root):
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert follower.stdout is not None
+    stdout = follower.stdout
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in follower.stdout], daemon=True).start()
+
+    def pump() -> None:
+        for line in stdout:
+            lines.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
 
     def next_span() -> int:
         try:
@@ -150,5 +157,5 @@ def test_logs_follow_goes_on_across_a_rotation(state_root):
     finally:
         follower.kill()
         follower.wait()
-        follower.stdout.close()
+        stdout.close()
         log.close()

@@ -5,11 +5,12 @@ import json
 import os
 import signal
 import subprocess
+from typing import Any
 
 import pytest
 
 from agentproc.conversation import read_messages
-from agentproc.runtime_events import EVENTS_FILE, event_decoder
+from agentproc.runtime_events import EVENTS_FILE, RuntimeEvent, event_decoder
 from goondan.paths import StatePaths
 from tests.e2e.conftest import GOONDAN, QUICKSTART, pid_alive, wait_for, write_bundle
 from tests.fakes.openai_server import FakeOpenAIServerThread
@@ -124,7 +125,7 @@ def make_bundle(tmp_path, server, extra: str = "", files: dict[str, str] | None 
     return write_bundle(tmp_path / "b", text, {**FILES, **(files or {})})
 
 
-def tool_messages(request: dict) -> list[dict]:
+def tool_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     return [m for m in request["messages"] if m["role"] == "tool"]
 
 
@@ -268,7 +269,7 @@ def test_a_trace_crosses_agents_with_the_tool_span_as_parent(start_daemon, state
     assert daemon.send("What is 2 plus 3?").returncode == 0
     paths = StatePaths.at(state_root)
 
-    def load(agent: str) -> list:
+    def load(agent: str) -> list[RuntimeEvent]:
         path = paths.agent_dir("default", agent) / EVENTS_FILE  # every instance's, one file
         return [event_decoder.decode(line) for line in path.read_bytes().splitlines()]
 

@@ -102,7 +102,7 @@ def free_port() -> int:
 def _credential(message: zmq.Frame) -> str | None:
     """The credential property of the sender's ZMTP READY, if it presented one."""
     try:
-        return message.get(CREDENTIAL_PROPERTY.decode())  # type: ignore[no-any-return]
+        return str(message.get(CREDENTIAL_PROPERTY.decode()))
     except zmq.ZMQError:  # not among its properties
         return None
 

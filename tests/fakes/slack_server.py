@@ -49,7 +49,8 @@ class FakeSlackServer(ApiFake):
         return f"{self.root_url}/files-pri/T1-F1/{name}"
 
     def add_message(self, channel: str, text: str, thread_ts: str | None = None) -> str:
-        return self._store(channel, text, thread_ts)["ts"]
+        ts: str = self._store(channel, text, thread_ts)["ts"]
+        return ts
 
     def add_file(self, name: str, data: bytes, content_type: str) -> str:
         self._files[name] = (data, content_type)
@@ -89,7 +90,8 @@ class FakeSlackServer(ApiFake):
         channel = payload.get("channel")
         if channel not in self.channels:
             return _error("channel_not_found")
-        return handler(payload, self.channels[channel])
+        response: web.Response = handler(payload, self.channels[channel])
+        return response
 
     def _api_chat_postMessage(self, p: dict[str, Any], log: list[dict[str, Any]]) -> web.Response:
         if not str(p.get("text", "")).strip():

@@ -89,7 +89,8 @@ class FakeTelegramServer(ApiFake):
         """A message already in the chat (for the bot to edit, delete, react or reply to), sent
         by the bot itself; it is not an update. Returns its message_id."""
         self.chats.add(chat_id)
-        return self._store(chat_id, text)["message_id"]
+        message_id: int = self._store(chat_id, text)["message_id"]
+        return message_id
 
     def push_update(self, **fields: Any) -> int:
         """Queue an update for `getUpdates` (e.g. `edited_message={...}`); returns its id."""
@@ -169,7 +170,8 @@ class FakeTelegramServer(ApiFake):
         handler = self.api_handler(method)
         if handler is None:
             return _error(404, "Not Found")
-        return await handler(params)
+        response: web.Response = await handler(params)
+        return response
 
     async def _api_getUpdates(self, p: dict[str, Any]) -> web.Response:  # noqa: N802
         offset = int(p.get("offset") or 0)
@@ -203,7 +205,7 @@ class FakeTelegramServer(ApiFake):
         return _ok(self._store(chat, p["text"]))
 
     async def _api_editMessageText(self, p: dict[str, Any]) -> web.Response:  # noqa: N802
-        key = (str(p.get("chat_id", "")), p.get("message_id"))
+        key = (str(p.get("chat_id", "")), p.get("message_id", 0))  # ids count from 1
         if key[0] not in self.chats:
             return _error(400, "Bad Request: chat not found")
         message = self.messages.get(key)
@@ -221,13 +223,13 @@ class FakeTelegramServer(ApiFake):
         return _ok(message)
 
     async def _api_deleteMessage(self, p: dict[str, Any]) -> web.Response:  # noqa: N802
-        key = (str(p.get("chat_id", "")), p.get("message_id"))
+        key = (str(p.get("chat_id", "")), p.get("message_id", 0))  # ids count from 1
         if self.messages.pop(key, None) is None:
             return _error(400, "Bad Request: message to delete not found")
         return _ok(True)
 
     async def _api_setMessageReaction(self, p: dict[str, Any]) -> web.Response:  # noqa: N802
-        key = (str(p.get("chat_id", "")), p.get("message_id"))
+        key = (str(p.get("chat_id", "")), p.get("message_id", 0))  # ids count from 1
         if key not in self.messages:
             return _error(400, "Bad Request: message to react not found")
         reaction = p.get("reaction", [])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from typing import Any
 from urllib.parse import urlencode
 
 import httpx
@@ -58,7 +59,7 @@ async def test_github_signatures_and_event_mapping() -> None:
         proc = await orch.spawn("gh", orch.dir / "b", {"GH_PORT": str(port), "GH_SECRET": SECRET})
         url = f"http://127.0.0.1:{port}/github"
         await wait_listening(url, proc)
-        deliveries = [
+        deliveries: list[tuple[str, dict[str, Any]]] = [
             (
                 "push",
                 {

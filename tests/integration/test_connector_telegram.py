@@ -91,7 +91,7 @@ async def test_telegram_offsets_429_backoff_bots_ignored_and_replies_posted() ->
         times = api.times_of("getUpdates")
         assert times[1] - times[0] >= 1, "429 retry_after not honoured"
         assert "offset" not in calls[0] and "offset" not in calls[1]
-        offsets = [c.get("offset") for c in calls[2:]]
+        offsets: list[int] = [c["offset"] for c in calls[2:]]
         assert edited + 1 in offsets and later + 1 in offsets  # every update confirmed
         assert offsets == sorted(offsets)
         assert all(c["timeout"] == 1 for c in calls)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,7 @@ async def fake(request: pytest.FixtureRequest) -> AsyncIterator[Fake]:
         yield Fake(request.param, server)
 
 
-def retries(logs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def retries(logs: list[MutableMapping[str, Any]]) -> list[MutableMapping[str, Any]]:
     return [entry for entry in logs if entry["event"] == "model call failed, retrying"]
 
 

@@ -58,7 +58,8 @@ async def test_a_definition_carries_the_policies(tmp_path):
     definition, catalog = await build_definition(args_for(tmp_path))
     assert definition.budget.max_turn_tokens == 500
     assert definition.pricing is not None and definition.pricing.output == 2
-    assert definition.registry.get("calc__add").timeout_ms == 1234
+    entry = definition.registry.get("calc__add")
+    assert entry is not None and entry.timeout_ms == 1234
     assert catalog["selfAgent"] == "a"
 
 

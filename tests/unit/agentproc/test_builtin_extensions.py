@@ -3,6 +3,7 @@
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -35,7 +36,7 @@ spec:
 """
 
 
-async def with_extensions(tmp_path: Path, model: ScriptedModel, refs: dict, *tools, **kw):
+async def with_extensions(tmp_path: Path, model: ScriptedModel, refs: dict[str, Any], *tools, **kw):
     lines = []
     for name, config in refs.items():
         lines.append(f"- ref: {{kind: Extension, name: {name}, package: '@goondan/base'}}")
@@ -46,8 +47,10 @@ async def with_extensions(tmp_path: Path, model: ScriptedModel, refs: dict, *too
     (root / "goondan.yaml").write_text(BUNDLE % textwrap.indent("\n".join(lines), "    "))
     bundle = load_bundle(root)
     definition = agent(model, *tools, **kw)
+    resource = bundle.local("Agent", "a")
+    assert resource is not None and definition.bus is not None
     await load_extensions(
-        plan_extensions(bundle, bundle.local("Agent", "a")),
+        plan_extensions(bundle, resource),
         agent_name="a",
         pipeline=definition.pipeline,
         registry=definition.registry,
@@ -122,7 +125,7 @@ async def test_compaction_removes_old_messages_keeps_pinned_and_summarizes(tmp_p
     assert kept == ["pin", "u3", "a3", kept[-1]]
     assert not {"u1", "a1", "c2", "ry1", "a2"} & set(kept)
     summary = model.requests[0].messages[1]  # after the system prompt, where history was
-    assert summary.role == "system" and summary.content.startswith("[message-compaction]")
+    assert summary.role == "system" and (summary.content or "").startswith("[message-compaction]")
     assert summary.metadata["compaction.removedCount"] == 5
 
 
@@ -134,7 +137,7 @@ async def test_compaction_cuts_long_texts_when_removal_is_not_enough(tmp_path):
     await turn(definition, inst, "short question")
     sent = [m for m in model.requests[0].messages if m.role != "system"]
     assert sum(len(m.content or "") for m in sent) <= 3000
-    assert sent[0].content.endswith("[truncated by message-compaction]")
+    assert (sent[0].content or "").endswith("[truncated by message-compaction]")
     assert sent[-1].content == "short question"  # the current input is never cut
 
 
@@ -206,8 +209,8 @@ async def test_guard_keeps_the_turn_going_until_each_required_tool_succeeded(tmp
     outcome = await turn(definition, tmp_path / "i")
     assert (outcome.text, outcome.steps) == ("really done", 5)
     reminder = model.requests[1].messages[-1]
-    assert reminder.content.endswith("audit__log, notify__send.")
-    assert model.requests[3].messages[-1].content.endswith(": notify__send.")
+    assert (reminder.content or "").endswith("audit__log, notify__send.")
+    assert (model.requests[3].messages[-1].content or "").endswith(": notify__send.")
 
 
 async def test_guard_any_mode_is_bounded_by_max_steps(tmp_path):

@@ -10,7 +10,9 @@ def test_a_connection_policy_narrows_the_agents():
     assert agent.permits("bash__exec") and not turn.permits("bash__exec")
     assert turn.permits("calc__add") and not turn.permits("bash__script")
     assert not turn.permits("http-fetch__get")  # outside the agent's allow list still
-    assert turn.refusal("bash__exec").error.code == "E_TOOL_POLICY_DENIED"
+    refused = turn.refusal("bash__exec")
+    assert refused is not None and refused.error is not None
+    assert refused.error.code == "E_TOOL_POLICY_DENIED"
     assert turn.refusal("calc__add") is None
 
 

@@ -68,7 +68,7 @@ def test_unanswered_tool_calls_get_an_interrupted_result(tmp_path):
     loaded = Conversation(tmp_path).load()
     assert [m.role for m in loaded] == ["user", "assistant", "tool", "tool"]
     assert [m.tool_call_id for m in loaded[2:]] == ["c1", "c2"]  # in the order of the calls
-    assert json.loads(loaded[2].content)["error"]["code"] == "E_TOOL_INTERRUPTED"
+    assert json.loads(loaded[2].content or "")["error"]["code"] == "E_TOOL_INTERRUPTED"
     # the repair is on disk
     assert len(Conversation(tmp_path).load()) == 4
 

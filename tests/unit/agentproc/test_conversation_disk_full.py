@@ -65,4 +65,5 @@ def test_extension_state_that_does_not_fit_raises_and_keeps_the_old_state():
         assert sorted(p.name for p in (disk / "state").iterdir()) == ["memo.json"]  # no .tmp
         filler.unlink()
         store.save()  # still pending: written once space returns
-        assert ExtensionStateStore(disk / "state").get("memo")["n"] == 2
+        saved = ExtensionStateStore(disk / "state").get("memo")
+        assert saved is not None and saved["n"] == 2

@@ -4,6 +4,7 @@ import asyncio
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,6 +220,7 @@ async def test_tools_state_and_events(tmp_path):
         reply("done"),
     )
     definition = agent(model)
+    assert definition.bus is not None
     await load_extensions(
         plan_extensions(loaded, agent_resource),
         agent_name="a",
@@ -266,6 +268,7 @@ async def test_state_must_be_a_json_object(tmp_path):
     assert store.get("x") is None
     store.set("x", {"a": 1})
     value = store.get("x")
+    assert value is not None
     value["a"] = 99  # a copy: only set() changes the state
     assert store.get("x") == {"a": 1}
     store.save()
@@ -298,7 +301,8 @@ async def test_event_bus_isolates_failures_and_unsubscribes():
 
 async def test_runtime_events_reach_subscribers(tmp_path):
     definition = agent(ScriptedModel(reply("hi")))
-    seen = []
+    seen: list[dict[str, Any]] = []
+    assert definition.bus is not None
     definition.bus.on("turn.completed", seen.append)
     await turn(definition, tmp_path)
     [payload] = seen

@@ -11,7 +11,7 @@ class Recorder:
     def __init__(self) -> None:
         self.log: list[tuple[str, str, str]] = []  # (event, key, job)
         self.gates: dict[str, asyncio.Event] = {}
-        self.tasks: set[asyncio.Task | None] = set()
+        self.tasks: set[asyncio.Task[object] | None] = set()
 
     async def run(self, key: str, job: str) -> None:
         self.tasks.add(asyncio.current_task())

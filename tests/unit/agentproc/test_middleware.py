@@ -1,5 +1,7 @@
 """The turn / step / toolCall onions: order, next() rules, what each layer may change."""
 
+from typing import Any
+
 import msgspec
 import pytest
 
@@ -66,7 +68,7 @@ async def test_next_may_be_called_at_most_once(tmp_path):
 
 
 async def test_tool_call_middleware_rewrites_args_and_short_circuits(tmp_path):
-    seen = []
+    seen: list[object] = []
 
     async def rewrite(ctx):
         if ctx.tool_name == "t__blocked":
@@ -74,10 +76,14 @@ async def test_tool_call_middleware_rewrites_args_and_short_circuits(tmp_path):
         ctx.args = {**ctx.args, "n": ctx.args["n"] * 10}
         return await ctx.next()
 
+    def t_a(c: object, a: dict[str, Any]) -> Any:
+        seen.append(a)
+        return a["n"]
+
     model = ScriptedModel(reply(None, call("t__a", {"n": 2}), call("t__blocked")), reply("ok"))
     definition = agent(
         model,
-        tool("t__a", lambda c, a: seen.append(a) or a["n"]),
+        tool("t__a", t_a),
         tool("t__blocked", lambda c, a: seen.append("blocked ran")),
     )
     definition.pipeline.register("toolCall", rewrite)
@@ -184,4 +190,4 @@ def test_registration_is_checked():
     with pytest.raises(ValueError, match="must be an async function"):
         pipeline.register("step", lambda ctx: ctx.next())
     with pytest.raises(ValueError, match="priority"):
-        pipeline.register("step", mw, priority="high")
+        pipeline.register("step", mw, priority="high")  # type: ignore[arg-type]

@@ -51,7 +51,8 @@ class LocalServer:
     @web.middleware
     async def _record(self, request: web.Request, handler: Any) -> web.StreamResponse:
         self.hits.append(request.path)
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
 
 
 async def _hello(request: web.Request) -> web.Response:

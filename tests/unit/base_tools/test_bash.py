@@ -7,6 +7,7 @@ import asyncio
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -195,7 +196,9 @@ async def test_script_timeout(ctx: ToolContext, workdir: Path) -> None:
         ("script", {"path": "ok.sh", "shell": "/no/such/shell"}, "E_EXEC_FAILED"),
     ],
 )
-async def test_errors(ctx: ToolContext, workdir: Path, call: str, args: dict, code: str) -> None:
+async def test_errors(
+    ctx: ToolContext, workdir: Path, call: str, args: dict[str, Any], code: str
+) -> None:
     workdir.mkdir(parents=True)
     (workdir / "ok.sh").write_text("true\n")
     with pytest.raises(ToolError) as info:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_read_absolute_path_inside_the_workdir(ctx: ToolContext, workdir: Path) 
         ({"path": "a.txt", "maxBytes": 0}, "E_TOOL_INVALID_ARGS"),
     ],
 )
-def test_read_errors(ctx: ToolContext, args: dict, code: str) -> None:
+def test_read_errors(ctx: ToolContext, args: dict[str, Any], code: str) -> None:
     write(ctx, {"path": "a.txt", "content": "x"})
     with pytest.raises(ToolError) as info:
         read(ctx, args)
@@ -115,7 +116,7 @@ def test_list_shows_symlinks_without_following_them(
         ({"path": "f.txt"}, "E_NOT_A_DIRECTORY"),
     ],
 )
-def test_list_errors(ctx: ToolContext, args: dict, code: str) -> None:
+def test_list_errors(ctx: ToolContext, args: dict[str, Any], code: str) -> None:
     write(ctx, {"path": "f.txt", "content": "x"})
     with pytest.raises(ToolError) as info:
         list_entries(ctx, args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 import httpcore
 import httpx
@@ -179,7 +180,7 @@ async def servers() -> AsyncIterator[tuple[LocalServer, LocalServer, LocalServer
         yield first, second, six
 
 
-def _cases(first: LocalServer, second: LocalServer, six: LocalServer) -> dict[str, tuple]:
+def _cases(first: LocalServer, second: LocalServer, six: LocalServer) -> dict[str, tuple[Any, ...]]:
     """name -> (url, the server that must not be reached by default, allow-list when allowed,
     the allow-list in force by default)."""
     return {
@@ -206,7 +207,7 @@ CASES = ["127.0.0.1", "[::1]", "localhost", "redirect to loopback", "redirect to
 
 @pytest.mark.parametrize("case", CASES)
 async def test_loopback_refused_by_default(
-    ctx: ToolContext, servers: tuple, case: str, monkeypatch: pytest.MonkeyPatch
+    ctx: ToolContext, servers: tuple[Any, ...], case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, guarded, _, default = _cases(*servers)[case]
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", default)
@@ -221,7 +222,7 @@ async def test_loopback_refused_by_default(
 
 @pytest.mark.parametrize("case", CASES)
 async def test_loopback_allowed_when_configured(
-    ctx: ToolContext, servers: tuple, case: str, monkeypatch: pytest.MonkeyPatch
+    ctx: ToolContext, servers: tuple[Any, ...], case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, target, allowed, _ = _cases(*servers)[case]
     monkeypatch.setenv("GOONDAN_HTTP_ALLOW_HOSTS", allowed)

@@ -6,6 +6,7 @@ import base64
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ async def slack(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeSlackServe
         yield server
 
 
-def base(slack: FakeSlackServer, **args: object) -> dict:
+def base(slack: FakeSlackServer, **args: object) -> dict[str, Any]:
     return {"token": slack.token, "apiBaseUrl": slack.base_url, **args}
 
 
@@ -142,7 +143,7 @@ async def test_react(ctx: ToolContext, slack: FakeSlackServer) -> None:
 
 @pytest.mark.parametrize("args", [{}, {"emoji": "  "}, {"emoji": "two words"}])
 async def test_react_needs_a_valid_emoji(
-    ctx: ToolContext, slack: FakeSlackServer, args: dict
+    ctx: ToolContext, slack: FakeSlackServer, args: dict[str, Any]
 ) -> None:
     with pytest.raises(ToolError) as info:
         await handlers["react"](ctx, base(slack, channelId=CHANNEL, messageTs="1.0", **args))
@@ -277,7 +278,7 @@ async def test_token_and_base_url_from_environment(
     ],
 )
 async def test_argument_errors_before_any_request(
-    ctx: ToolContext, export: str, args: dict, code: str
+    ctx: ToolContext, export: str, args: dict[str, Any], code: str
 ) -> None:
     with pytest.raises(ToolError) as info:
         await handlers[export](ctx, args)

@@ -129,7 +129,7 @@ def test_count(ctx: ToolContext, path: str, count: int, kind: str) -> None:
         (9, [1, 2, 3, 4]),
     ],
 )
-def test_flatten(ctx: ToolContext, depth: int | None, result: list) -> None:
+def test_flatten(ctx: ToolContext, depth: int | None, result: list[Any]) -> None:
     args = {"data": "[1, [2, [3, [4]]]]"} | ({} if depth is None else {"depth": depth})
     assert json_query.handlers["flatten"](ctx, args) == {
         "depth": 1 if depth is None else depth,
@@ -150,7 +150,7 @@ def test_flatten(ctx: ToolContext, depth: int | None, result: list) -> None:
         ("flatten", {"data": "[]", "depth": -1}, "E_TOOL_INVALID_ARGS"),
     ],
 )
-def test_json_query_errors(ctx: ToolContext, export: str, args: dict, code: str) -> None:
+def test_json_query_errors(ctx: ToolContext, export: str, args: dict[str, Any], code: str) -> None:
     with pytest.raises(ToolError) as info:
         json_query.handlers[export](ctx, args)
     assert info.value.code == code
@@ -188,7 +188,7 @@ def test_replace_first_and_all(ctx: ToolContext) -> None:
         ({"start": 2, "end": 100}, "llo world", 2, 11),
     ],
 )
-def test_slice(ctx: ToolContext, args: dict, result: str, start: int, end: int) -> None:
+def test_slice(ctx: ToolContext, args: dict[str, Any], result: str, start: int, end: int) -> None:
     assert tt["slice"](ctx, {"text": "hello world", **args}) == {
         "original": "hello world",
         "result": result,
@@ -207,7 +207,7 @@ def test_slice(ctx: ToolContext, args: dict, result: str, start: int, end: int) 
         ({"text": "abcd", "delimiter": "", "maxParts": 2}, ["a", "bcd"]),
     ],
 )
-def test_split(ctx: ToolContext, args: dict, parts: list[str]) -> None:
+def test_split(ctx: ToolContext, args: dict[str, Any], parts: list[str]) -> None:
     out = tt["split"](ctx, args)
     assert out == {"delimiter": args.get("delimiter", "\n"), "count": len(parts), "parts": parts}
 
@@ -253,7 +253,7 @@ def test_case(ctx: ToolContext) -> None:
         ("case", {"text": "x", "to": "title"}),
     ],
 )
-def test_text_transform_errors(ctx: ToolContext, export: str, args: dict) -> None:
+def test_text_transform_errors(ctx: ToolContext, export: str, args: dict[str, Any]) -> None:
     with pytest.raises(ToolError) as info:
         tt[export](ctx, args)
     assert info.value.code == "E_TOOL_INVALID_ARGS"

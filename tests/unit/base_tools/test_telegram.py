@@ -6,6 +6,7 @@ import base64
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ async def tg(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegramServe
         yield server
 
 
-def base(tg: FakeTelegramServer, **args: object) -> dict:
+def base(tg: FakeTelegramServer, **args: object) -> dict[str, Any]:
     return {"token": tg.token, "apiBaseUrl": tg.base_url, **args}
 
 
@@ -160,7 +161,7 @@ async def test_react_errors(ctx: ToolContext, tg: FakeTelegramServer) -> None:
     ],
 )
 async def test_set_chat_action(
-    ctx: ToolContext, tg: FakeTelegramServer, args: dict, action: str
+    ctx: ToolContext, tg: FakeTelegramServer, args: dict[str, Any], action: str
 ) -> None:
     out = await handlers["setChatAction"](ctx, base(tg, chatId=CHAT, **args))
     assert out == {"ok": True, "chatId": CHAT, "status": action, "action": action}
@@ -298,7 +299,9 @@ async def test_env_token_is_not_sent_to_a_call_chosen_base_url(
         ),
     ],
 )
-async def test_argument_errors_before_any_request(ctx: ToolContext, args: dict, code: str) -> None:
+async def test_argument_errors_before_any_request(
+    ctx: ToolContext, args: dict[str, Any], code: str
+) -> None:
     with pytest.raises(ToolError) as info:
         await handlers["send"](ctx, args)
     assert info.value.code == code

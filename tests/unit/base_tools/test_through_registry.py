@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,7 +78,9 @@ def agent_tools(tmp_path: Path, names: list[str]) -> list[Resource]:
     root.mkdir()
     (root / "goondan.yaml").write_text(BUNDLE.replace("{more}", more), encoding="utf-8")
     bundle = load_bundle(root)
-    return bundle.agent_tools(bundle.local("Agent", "worker"))
+    worker = bundle.local("Agent", "worker")
+    assert worker is not None
+    return bundle.agent_tools(worker)
 
 
 @pytest.fixture
@@ -86,7 +89,7 @@ def registry(tmp_path: Path) -> ToolRegistry:
     return ToolRegistry.from_resources(agent_tools(tmp_path, others))
 
 
-async def call(registry: ToolRegistry, workdir: Path, name: str, args: dict):  # noqa: ANN201
+async def call(registry: ToolRegistry, workdir: Path, name: str, args: dict[str, Any]):  # noqa: ANN201
     return await execute_tool_call(
         registry,
         registry.names(),
@@ -155,7 +158,7 @@ async def test_file_system_through_the_executor(registry: ToolRegistry, workdir:
     ],
 )
 async def test_schemas_reject_bad_arguments(
-    registry: ToolRegistry, workdir: Path, name: str, args: dict, problem: str
+    registry: ToolRegistry, workdir: Path, name: str, args: dict[str, Any], problem: str
 ) -> None:
     result = await call(registry, workdir, name, args)
     assert result.status == "error" and result.error.code == "E_TOOL_INVALID_ARGS", result

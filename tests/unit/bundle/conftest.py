@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bundle_testkit import REPO
 
 from goondan.bundle import Bundle, BundleInvalid, ConfigError, load_bundle
+from tests.unit.bundle.bundle_testkit import REPO
 
 
 @pytest.fixture(scope="session")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
-from bundle_testkit import MINIMAL, edit, line_of, write_bundle
 
 from goondan.bundle import BundleInvalid, ConfigError, load_bundle
+from tests.unit.bundle.bundle_testkit import MINIMAL, edit, line_of, write_bundle
 
 Errors = Callable[[Path], list[ConfigError]]
 
@@ -630,7 +631,8 @@ def test_every_problem_is_reported_in_file_and_line_order(
         ("agents.yaml", "E_CONFIG_SCHEMA_INVALID", "Agent/x.spec.modelConfig"),
     ]
     lines = [e.line for e in errors]
-    assert lines[:3] == sorted(lines[:3]) and all(isinstance(n, int) for n in lines)
+    assert all(isinstance(n, int) for n in lines)
+    assert lines[:3] == sorted(cast(list[int], lines[:3]))
 
 
 def test_bundle_package_may_not_take_the_base_name(errors_of: Errors, tmp_path: Path) -> None:

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from bundle_testkit import FIXTURES, MINIMAL, REPO, edit, line_of, write_bundle
 
 from goondan.bundle import (
     LOCAL_SCOPE,
     AgentSpec,
     Bundle,
+    ConfigError,
     ConnectionSpec,
     ConnectorSpec,
     ExtensionSpec,
@@ -26,6 +26,7 @@ from goondan.bundle import (
     load_bundle,
 )
 from goondan.bundle.discover import base_package_dir
+from tests.unit.bundle.bundle_testkit import FIXTURES, MINIMAL, REPO, edit, line_of, write_bundle
 
 MULTI = FIXTURES / "multi"
 Loader = Callable[[Path], Bundle]
@@ -253,7 +254,9 @@ def test_short_refs_reach_a_declared_dependency(tmp_path: Path, load: Loader) ->
     )
     text = edit('{kind: Tool, name: agents, package: "@goondan/base"}', "Tool/agents", text)
     bundle = load(write_bundle(tmp_path, text))
-    tools = bundle.agent_tools(bundle.local("Agent", "coder"))
+    coder = bundle.local("Agent", "coder")
+    assert coder is not None
+    tools = bundle.agent_tools(coder)
     assert [(t.package, t.name) for t in tools] == [
         (LOCAL_SCOPE, "calc"),
         ("@goondan/base", "agents"),
@@ -261,7 +264,7 @@ def test_short_refs_reach_a_declared_dependency(tmp_path: Path, load: Loader) ->
 
 
 def test_short_refs_do_not_reach_an_undeclared_package(
-    tmp_path: Path, errors_of: Callable[[Path], list]
+    tmp_path: Path, errors_of: Callable[[Path], list[ConfigError]]
 ) -> None:
     text = edit('{kind: Tool, name: agents, package: "@goondan/base"}', "Tool/agents")
     [error] = errors_of(write_bundle(tmp_path, text))

@@ -7,9 +7,8 @@ import json
 import shutil
 from pathlib import Path
 
-from bundle_testkit import FIXTURES, edit, write_bundle
-
 from goondan.cli.validate_cmd import run_validate
+from tests.unit.bundle.bundle_testkit import FIXTURES, edit, write_bundle
 
 
 def _bundle_with_errors(tmp_path: Path) -> Path:

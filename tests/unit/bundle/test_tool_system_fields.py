@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from bundle_testkit import edit, line_of, write_bundle
 
 from goondan.bundle import Bundle, ConfigError
 from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing, ToolPolicySpec
+from tests.unit.bundle.bundle_testkit import edit, line_of, write_bundle
 
 Errors = Callable[[Path], list[ConfigError]]
 Load = Callable[[Path], Bundle]
@@ -21,15 +22,21 @@ SWARM = "  entryAgent: Agent/coder\n"
 MODEL = "  model: scripted-v1\n"
 
 
+def spec(bundle: Bundle, kind: str, name: str) -> Any:
+    resource = bundle.local(kind, name)
+    assert resource is not None, f"no {kind}/{name}"
+    return resource.spec
+
+
 def test_defaults(load: Load, tmp_path: Path) -> None:
     bundle = load(write_bundle(tmp_path))
-    tool = bundle.local("Tool", "calc").spec
+    tool = spec(bundle, "Tool", "calc")
     assert (tool.timeout_ms, tool.sequential) == (None, False)
-    assert bundle.local("Agent", "coder").spec.tool_policy == ToolPolicySpec()
-    policy = bundle.local("Swarm", "default").spec.policy
+    assert spec(bundle, "Agent", "coder").tool_policy == ToolPolicySpec()
+    policy = spec(bundle, "Swarm", "default").policy
     assert policy.budget == BudgetPolicy(1800.0, 1_000_000, None)
     assert policy.loop_detection == LoopDetectionPolicy(True, 3, 5, 8)
-    assert bundle.local("Model", "fast").spec.pricing is None
+    assert spec(bundle, "Model", "fast").pricing is None
 
 
 def test_every_field_set(load: Load, tmp_path: Path) -> None:
@@ -49,16 +56,16 @@ def test_every_field_set(load: Load, tmp_path: Path) -> None:
     )
     text = edit(MODEL, MODEL + "  pricing: {input: 2.5, output: 10}\n", text)
     bundle = load(write_bundle(tmp_path, text))
-    tool = bundle.local("Tool", "calc").spec
+    tool = spec(bundle, "Tool", "calc")
     assert (tool.timeout_ms, tool.sequential) == (5000, True)
-    assert bundle.local("Agent", "coder").spec.tool_policy == ToolPolicySpec(
+    assert spec(bundle, "Agent", "coder").tool_policy == ToolPolicySpec(
         allow=("calc__*", "agents__request"), deny=("calc__add",), allow_registry_calls=True
     )
-    policy = bundle.local("Swarm", "default").spec.policy
+    policy = spec(bundle, "Swarm", "default").policy
     assert policy.max_steps_per_turn == 8
     assert policy.budget == BudgetPolicy(60.0, None, 0.5)
     assert policy.loop_detection == LoopDetectionPolicy(False, 2, 4, 4)
-    assert bundle.local("Model", "fast").spec.pricing == ModelPricing(2.5, 10.0)
+    assert spec(bundle, "Model", "fast").pricing == ModelPricing(2.5, 10.0)
 
 
 @pytest.mark.parametrize(
@@ -138,7 +145,7 @@ def test_base_package_ships_its_extensions(load: Load, tmp_path: Path) -> None:
 
 
 def test_connection_tool_policy(tmp_path, load, errors_of):
-    from bundle_testkit import edit, write_bundle
+    from tests.unit.bundle.bundle_testkit import edit, write_bundle
 
     base = edit(
         "spec:\n  connectorRef: Connector/cli\n",

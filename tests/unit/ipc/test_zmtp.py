@@ -1,6 +1,7 @@
 """ipc.zmtp: what a DEALER sends, and reading a peer's bytes however the stream splits them."""
 
 import sys
+from typing import cast
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_a_stream_reads_the_same_however_it_is_split():
     assert whole[2] == ("message", [b"x" * 300])
     assert whole[3] == ("message", [b"a", b"", b"y" * 70_000, b"z"])
     assert whole[4] == ("command", (b"PING", b"\x00\x0aping-ctx"))
-    name, data = whole[0][1]  # type: ignore[misc]
+    name, data = cast(tuple[bytes, bytes], whole[0][1])
     assert name == b"READY"
     assert zmtp.properties(data) == {b"Socket-Type": b"ROUTER", b"Identity": b""}
     assert read_all([bytes([b]) for b in STREAM]) == whole  # one byte at a time
@@ -48,7 +49,7 @@ def test_ready_carries_the_socket_type_and_identity():
     body = zmtp.ready(b"DEALER", b"agent-7")
     seen = read_all([zmtp.GREETING, body])
     assert seen[0][0] == "command"
-    name, data = seen[0][1]  # type: ignore[misc]
+    name, data = cast(tuple[bytes, bytes], seen[0][1])
     assert (name, zmtp.properties(data)) == (
         b"READY",
         {b"Socket-Type": b"DEALER", b"Identity": b"agent-7"},

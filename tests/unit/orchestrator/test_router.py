@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from ipc import wire, zmtp
-from orchestrator.router import Requester, Router
+from orchestrator.router import Pending, Requester, Router
 
 
 class RecordingOutbox:
@@ -142,7 +142,7 @@ async def test_each_request_times_out_on_its_own_timeout(setup):
     answered = [(requester.correlation_id, env) for requester, env in outbox.answers]
     assert [cid for cid, _ in answered] == ["done", "short"]
     short = wire.decode_payload(answered[1][1], wire.DelegateResult)
-    assert short.error.code == "AGENT_REQUEST_TIMEOUT"
+    assert short.error is not None and short.error.code == "AGENT_REQUEST_TIMEOUT"
     assert list(router.pending.values())[0].requester.correlation_id == "long"
 
 
@@ -210,7 +210,7 @@ async def test_a_reused_request_id_is_kept(setup):
 
 
 async def test_settled_requests_are_reported_once(setup):
-    settled = []
+    settled: list[Pending] = []
     outbox = RecordingOutbox()
     router = Router({"a", "b"}, "a", outbox, lambda name: None, on_settled=settled.append)
     outbox.running.add("b")

@@ -370,7 +370,7 @@ def test_fallbacks_are_checked() -> None:
         ({"fallbacks": [{"model": "x", "options": {"fallbacks": ["y"]}}]}, "cannot have"),
     ]:
         with pytest.raises(ModelError) as caught:
-            parse_fallbacks(bad)
+            parse_fallbacks(bad)  # type: ignore[arg-type]  # malformed on purpose
         assert caught.value.code == "E_MODEL_CONFIG"
         assert words in str(caught.value)
 
