@@ -4,6 +4,8 @@ from goondan import ToolContext, ToolError                 # tools
 from goondan import ExtensionApi, StepMiddlewareContext    # extensions
 from goondan import ConnectorContext                       # connectors
 from goondan import TaskSet                                # background tasks with an owner
+
+`goondan.__version__` is the installed distribution's version.
 """
 
 from goondan.connectors import (
@@ -130,3 +132,16 @@ __all__ = [
     "TurnResult",
     "stringify_properties",
 ]
+
+
+def __getattr__(name: str) -> str:
+    # __version__ is looked up on first use: importlib.metadata is slow to import, and every
+    # tool and agent process imports goondan.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("goondan")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module 'goondan' has no attribute {name!r}")

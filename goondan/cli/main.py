@@ -203,12 +203,9 @@ def _nice(text: str) -> int:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    import goondan
 
-    try:
-        return version("goondan")
-    except PackageNotFoundError:
-        return "unknown"
+    return goondan.__version__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
