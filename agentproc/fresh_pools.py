@@ -7,10 +7,10 @@ a child's turn that allocates a few dozen objects and frees them again would tou
 pages (at 200 agents on 2 cores every page a turn touches is a cache and TLB miss, and the
 first write to one a copy-on-write fault). Filled once here, with small immutable objects
 nobody reads, those holes are gone: a child's allocations come one after the other from pool
-space never used, on few pages of its own. Measured by `bench --only touch`: ~170 KiB (~7%)
-less memory touched per turn; at scale, a quarter fewer page faults per delegate.
+space never used, on few pages of its own: less memory touched per turn, fewer page faults per
+delegate (`bench --only touch`, figure 8; docs/performance.md has the numbers).
 
-It costs the template the blocks it fills (~0.25 MB, shared by every child). It does nothing
+It costs the template the blocks it fills (shared by every child). It does nothing
 when pymalloc is not the allocator (`PYTHONMALLOC`, `-X dev`), and fills at most CLASS_BYTES
 of a size class whatever happens (a CPython whose pools are laid out otherwise).
 """

@@ -4,8 +4,9 @@
     <state-root>/swarms/<swarm>/agents/<agent>/runtime-events.jsonl
 
 One file per agent, not per instance: a new conversation then costs its directory and its
-`events.jsonl`, not a third inode (on ext4 without a journal, right after a mass deletion, an
-inode costs up to ~1 ms), an agent holds one file open, not one per loaded instance, and
+`events.jsonl`, not a third inode (on ext4 without a journal, right after a mass deletion, a
+new inode is slow: docs/performance.md, figure 7), an agent holds one file open, not one per
+loaded instance, and
 `goondan logs -f` follows as many files as there are agents.
 
 Types: turn.started, turn.completed, turn.failed, step.started, step.completed, step.failed,
@@ -99,10 +100,9 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # of work do not all write in the same moment). Once a turn has answered, a due batch is
 # written in the wake-up the turn has anyway (`write_if_due`): at 200 busy agents on 2 cores a
 # wake-up of its own would cost more than the write. The timer, FLUSH_SLACK_S after the batch
-# is due, is for a process with no turn by then: it writes while the agent is idle. (With a
-# second's slack, agents that went quiet together all wrote their batches in the first turn of
-# the next burst of work, 200 writes in one wave: measured, the first wave after a pause of
-# 0.7 s took 42-60 ms where the others took 30.) A batch also goes out at once when it holds
+# is due, is for a process with no turn by then: it writes while the agent is idle, rather than
+# in the first turn of the next burst, all at once with its peers (docs/performance.md,
+# "Measurements behind the code"). A batch also goes out at once when it holds
 # FLUSH_EVENTS, before a tool runs (which may take the process down: the evidence is on disk
 # first), on a failure, and at close. Events are encoded when written, all at once (their data
 # is built for them and never changed).

@@ -1,8 +1,8 @@
 """The template process: imports the agent runtime once, then forks agent processes on request.
 
-A fresh interpreter spends ~110 ms importing asyncio, zmq, msgspec, structlog and yaml; a fork
-of a process that already has them is ready in a few milliseconds, and idle agents share those
-pages with the template (`reference/ipc-limits.md` §4). Like multiprocessing's forkserver, the
+A fresh interpreter must import asyncio, zmq, msgspec, structlog and yaml before it can answer;
+a fork of a process that already has them is ready at once (figure 3), and idle agents share
+those pages with the template (`reference/ipc-limits.md` §4). Like multiprocessing's forkserver, the
 template has no event loop, no threads and no ZeroMQ context when it forks.
 
 Protocol (JSON lines): the orchestrator writes `{"id": N, "argv": [...], "credential": "..."}`

@@ -845,8 +845,8 @@ def _freeze_long_lived() -> None:
     """Move what startup (or a reload) built into gc's permanent generation.
 
     The bundle, the imported modules and the process tables live as long as the daemon, yet
-    every full collection walked them all: ~37,000 objects, 11 ms in which no message was
-    routed, at any moment under load (the scale figure's worst wave). Frozen, they are never
-    traversed; what routing allocates later is still collected as before."""
+    every full collection walked them all, a pause in routing that could come at any moment
+    under load (docs/performance.md, figure 7). Frozen, they are never traversed; what routing
+    allocates later is still collected as before."""
     gc.collect()
     gc.freeze()

@@ -4,8 +4,8 @@
 - `ZygoteLauncher` (default): a template process (`python -m agentproc.zygote`) has imported
   the agent runtime once and forks each agent from it: ready in milliseconds, and idle agents
   share the runtime's memory pages.
-- `SubprocessLauncher`: a fresh interpreter per agent (`python -m agentproc`). Slower (~120 ms
-  of imports) but the simplest thing to debug.
+- `SubprocessLauncher`: a fresh interpreter per agent (`python -m agentproc`). Slower (each
+  agent imports the runtime itself) but the simplest thing to debug.
 
 Every launch carries the slot's credential (`ipc.credential`), never in argv or the
 environment: in the template's JSON launch line (the forked child has it in memory), or on a

@@ -19,7 +19,7 @@ from goondan.bundle.errors import ConfigError
 from goondan.bundle.located import YamlDoc, YPath, display_path
 from goondan.bundle.reading import TooLarge, UnsafeFile, read_regular_file
 
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: ~10x faster
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C loader if present
 _PLAIN_TAGS = {
     "tag:yaml.org,2002:str",
     "tag:yaml.org,2002:int",
