@@ -191,6 +191,7 @@ async def test_a_peer_that_breaks_the_protocol_is_dropped_and_others_go_on(endpo
             bad.setblocking(False)
             await loop.sock_connect(bad, path)
             await loop.sock_sendall(bad, data)
+            # the default binds this iteration's value; mypy cannot type it
             await until(lambda reason=reason: any(reason in r for _, r in errors))  # type: ignore[misc]
             assert await loop.sock_recv(bad, 1024) is not None  # ours came; then it is closed
             bad.close()
@@ -425,6 +426,7 @@ def test_incomplete_messages_of_all_connections_stay_within_a_budget(run, endpoi
                 start = hello(b"hog-%d" % i) + long_frame_header(budget)
                 hogs.append(await raw_connection(path, start + bytes(part)))
                 held = (i + 1) * (9 + part)  # each: a frame's header and what came of it
+                # the default binds this iteration's value; mypy cannot type it
                 await until(lambda held=held: router.buffered_bytes == held)  # type: ignore[misc]
             third = await raw_connection(path, hello(b"hog-2") + long_frame_header(budget))
             await asyncio.get_running_loop().sock_sendall(third, bytes(part))

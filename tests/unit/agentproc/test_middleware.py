@@ -190,4 +190,4 @@ def test_registration_is_checked():
     with pytest.raises(ValueError, match="must be an async function"):
         pipeline.register("step", lambda ctx: ctx.next())
     with pytest.raises(ValueError, match="priority"):
-        pipeline.register("step", mw, priority="high")  # type: ignore[arg-type]
+        pipeline.register("step", mw, priority="high")  # type: ignore[arg-type]  # on purpose
