@@ -6,8 +6,7 @@
 One file per agent, not per instance: a new conversation then costs its directory and its
 `events.jsonl`, not a third inode (on ext4 without a journal, right after a mass deletion, a
 new inode is slow: docs/performance.md, figure 7), an agent holds one file open, not one per
-loaded instance, and
-`goondan logs -f` follows as many files as there are agents.
+loaded instance, and `goondan logs -f` follows as many files as there are agents.
 
 Types: turn.started, turn.completed, turn.failed, step.started, step.completed, step.failed,
 tool.called, tool.completed, tool.failed (and tool.progress). Trace context follows
@@ -95,17 +94,17 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 
 
 # Runtime events are written in batches, as OpenTelemetry's batch span processor exports
-# spans: a write per turn would cost as much as a short turn. A batch is due FLUSH_AFTER_S
+# spans: a write per turn would cost as much as a short turn. A batch is due `flush_after_s`
 # after its first event (a random half to whole of it, so that agents busy with the same wave
 # of work do not all write in the same moment). Once a turn has answered, a due batch is
 # written in the wake-up the turn has anyway (`write_if_due`): at 200 busy agents on 2 cores a
-# wake-up of its own would cost more than the write. The timer, FLUSH_SLACK_S after the batch
+# wake-up of its own would cost more than the write. The timer, `flush_slack_s` after the batch
 # is due, is for a process with no turn by then: it writes while the agent is idle, rather than
 # in the first turn of the next burst, all at once with its peers (docs/performance.md,
-# "Measurements behind the code"). A batch also goes out at once when it holds
-# FLUSH_EVENTS, before a tool runs (which may take the process down: the evidence is on disk
-# first), on a failure, and at close. Events are encoded when written, all at once (their data
-# is built for them and never changed).
+# "Measurements behind the code"). A batch also goes out at once when it holds `flush_count`
+# events, before a tool runs (which may take the process down: the evidence is on disk first),
+# on a failure, and at close. Events are encoded when written, all at once (their data is built
+# for them and never changed).
 _WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
 
 
