@@ -8,6 +8,7 @@ from pathlib import Path
 
 from structlog.testing import capture_logs
 
+from goondan.settings import DEFAULTS
 from orchestrator.launcher import LaunchSpec, ZygoteChild, ZygoteLauncher
 from orchestrator.supervisor import Exit, Supervisor
 
@@ -69,7 +70,7 @@ async def test_a_launch_that_fails_with_a_bug_ends_like_one_that_cannot_start() 
 
 
 async def test_an_unreadable_template_is_stopped_and_its_launches_fail(tmp_path: Path) -> None:
-    spec = LaunchSpec(tmp_path, "s", "ipc://x", tmp_path, 0)
+    spec = LaunchSpec(tmp_path, "s", "ipc://x", tmp_path, DEFAULTS)
     launcher = ZygoteLauncher(spec)
     # A template that answers garbage, then would wait for ever.
     template = await asyncio.create_subprocess_exec(

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from ipc import wire, zmtp
-from orchestrator.router import Pending, Requester, Router
+from orchestrator.router import InFlight, Requester, Router
 
 
 class RecordingOutbox:
@@ -210,7 +210,7 @@ async def test_a_reused_request_id_is_kept(setup):
 
 
 async def test_settled_requests_are_reported_once(setup):
-    settled: list[Pending] = []
+    settled: list[InFlight] = []
     outbox = RecordingOutbox()
     router = Router({"a", "b"}, "a", outbox, lambda name: None, on_settled=settled.append)
     outbox.running.add("b")
