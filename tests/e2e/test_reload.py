@@ -38,6 +38,7 @@ def test_sighup_restarts_only_the_changed_agent(start_daemon, bundle):
     after = wait_for(
         lambda: (p := pids(daemon))["researcher"] not in (None, before["researcher"]) and p
     )
+    assert after  # wait_for returns the first truthy value
     assert after["assistant"] == before["assistant"]
     reply = daemon.send("hello", "--agent", "researcher", "--instance", "new")
     assert reply.stdout.strip() == "Numbers only, please."

@@ -4,6 +4,7 @@ before an orchestrator kill is answered after the restart."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import socket
@@ -114,7 +115,7 @@ def test_webhook_callers_keep_their_own_conversations_and_hear_e_storage(tmp_pat
                 )
                 assert status == 202 and body["instanceKey"] == f"http:{caller}", body
                 convo = instances / storage_name(f"http:{caller}") / "responder"
-                wait_for(lambda c=convo: read_messages(c))
+                wait_for(functools.partial(read_messages, convo))
             for caller in ("alice", "alice!", "alice/.."):
                 convo = instances / storage_name(f"http:{caller}") / "responder"
                 contents = [str(m.content) for m in read_messages(convo)]

@@ -123,6 +123,7 @@ def waiting_request(daemon) -> tuple[subprocess.Popen[str], str]:
         return ids[-1] if ids else None
 
     oid = wait_for(accepted, timeout=20)
+    assert oid is not None  # wait_for returns the first truthy value
     wait_for(lambda: daemon.process("solo")["status"] == "processing", timeout=20)
     return send, oid
 
