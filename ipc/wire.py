@@ -237,7 +237,9 @@ DAEMON_COMMANDS: Final[dict[str, type[ControlArgs]]] = {
 
 class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
     ok: bool
-    result: Any = None  # JSON-like: a dict, or a Struct on the sending side (`Dropped`...)
+    # The command's result Struct (`Status`, `Dropped`...) when sent; plain data when decoded,
+    # which `decode_result` turns back into that Struct (a CLI prints it as JSON as it came).
+    result: Any = None
     error: ErrorInfo | None = None
 
 
@@ -255,11 +257,61 @@ class Dropped(msgspec.Struct, frozen=True):
     dropped: bool
 
 
+class SpawnedInstance(msgspec.Struct, frozen=True, rename="camel"):
+    """An instance an agent spawned (`agents__spawn`), as `list` shows it."""
+
+    target: str
+    instance_key: str
+    owner_agent: str
+    owner_instance_key: str
+    created_at: float
+
+
 class Listed(msgspec.Struct, frozen=True):
-    """The result of `list`: the instances, as `{target, instanceKey, ownerAgent, ...}`."""
+    """The result of `list`."""
 
     count: int
-    agents: list[dict[str, Any]]
+    agents: list[SpawnedInstance]
+
+
+class ProcessInfo(msgspec.Struct, frozen=True):
+    """One row of `goondan status`."""
+
+    name: str
+    kind: str
+    pid: int | None
+    status: str
+    restarts: int
+
+
+class Status(msgspec.Struct, frozen=True, rename="camel"):
+    """The result of `status`."""
+
+    pid: int
+    swarm: str
+    bundle: str
+    entry_agent: str
+    started_at: float  # time.time()
+    state_root: str
+    processes: list[ProcessInfo]
+
+
+class Reloaded(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The result of `restart` without an agent: the bundle read again, and what changed.
+    A refused reload carries its `errors` (the command answers them as `E_CONFIG`)."""
+
+    reloaded: bool
+    restarted: list[str]
+    added: list[str]
+    removed: list[str]
+    errors: list[str] = []
+
+
+class Restarted(msgspec.Struct, frozen=True):
+    """The result of `restart --agent`."""
+
+    restarted: list[str]
+    fresh: bool
 
 
 class Stopping(msgspec.Struct, frozen=True):
@@ -398,6 +450,15 @@ def control(command: str, args: msgspec.Struct | None = None) -> Control:
         return Control(command)
     raw = _encoder.encode(args)
     return Control(command, NO_ARGS if raw == b"\x80" else msgspec.Raw(raw))
+
+
+def decode_result(reply: ControlReply, type_: type[P]) -> P:
+    """An ok reply's result as `type_` (its command's declared result). Raises
+    `MalformedFrame`."""
+    try:
+        return msgspec.convert(reply.result, type_)
+    except msgspec.ValidationError as exc:
+        raise MalformedFrame(f"bad {type_.__name__} result: {exc}") from None
 
 
 def decode_args(command: Control, type_: type[P]) -> P:

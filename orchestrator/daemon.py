@@ -16,7 +16,6 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
-from typing import Any
 
 import msgspec
 import structlog
@@ -381,7 +380,7 @@ class Daemon:
         self._log.info("SIGHUP: reloading the bundle")
         self._tasks.spawn(self.reload(), name="reload (SIGHUP)")
 
-    async def reload(self, *, restart_all: bool = False) -> dict[str, Any]:
+    async def reload(self, *, restart_all: bool = False) -> wire.Reloaded:
         """Load the bundle again and restart the agents whose resources changed (all of them
         with `restart_all`). A bundle that no longer validates is refused: the running swarm
         stays as it was and the errors are logged and returned."""
@@ -392,7 +391,7 @@ class Daemon:
             finally:
                 self.notifier.ready(f"swarm {self.swarm.name}: {len(self.agent_names)} agents")
 
-    async def _reload(self, restart_all: bool) -> dict[str, Any]:
+    async def _reload(self, restart_all: bool) -> wire.Reloaded:
         try:
             # Off the loop: reading and validating files takes as long as the disk does, and
             # the swarm keeps routing meanwhile.
@@ -400,10 +399,10 @@ class Daemon:
         except BundleInvalid as exc:
             errors = [e.render() for e in exc.errors]
             self._log.error("reload refused: the bundle does not validate", errors=errors)
-            return {"reloaded": False, "errors": errors}
+            return wire.Reloaded(False, [], [], [], errors)
         except (LookupError, OSError) as exc:
             self._log.error("reload refused", error=str(exc))
-            return {"reloaded": False, "errors": [str(exc)]}
+            return wire.Reloaded(False, [], [], [], [str(exc)])
         old = self._fingerprints
         added = [n for n in prints if n not in old]
         removed = [n for n in old if n not in prints]
@@ -423,10 +422,10 @@ class Daemon:
         for name in added:
             if name in connections:
                 self.supervisor.ensure_running(name)
-        result = {"reloaded": True, "restarted": changed, "added": added, "removed": removed}
+        result = wire.Reloaded(True, changed, added, removed)
         gc.unfreeze()  # the old bundle is garbage now, and may hold cycles
         _freeze_long_lived()
-        self._log.info("bundle reloaded", **result)
+        self._log.info("bundle reloaded", restarted=changed, added=added, removed=removed)
         return result
 
     def _load(self, swarm_name: str) -> tuple[Bundle, Resource, dict[str, str]]:
@@ -748,7 +747,7 @@ class Daemon:
         except Unroutable:
             self._log.info("control client gone before its answer", command=command.command)
 
-    async def _cmd_status(self, args: wire.StatusArgs) -> dict[str, Any]:
+    async def _cmd_status(self, args: wire.StatusArgs) -> wire.Status:
         return self.status()
 
     async def _cmd_stop(self, args: wire.StopArgs) -> wire.Stopping:
@@ -756,12 +755,12 @@ class Daemon:
         asyncio.get_running_loop().call_soon(self.request_stop)
         return wire.Stopping()
 
-    async def _cmd_restart(self, args: wire.RestartArgs) -> dict[str, Any]:
+    async def _cmd_restart(self, args: wire.RestartArgs) -> wire.Reloaded | wire.Restarted:
         agent = args.agent
         if agent is None:
             result = await self.reload()
-            if not result["reloaded"]:
-                raise CommandError(ErrorCode.E_CONFIG, "\n".join(result["errors"]))
+            if not result.reloaded:
+                raise CommandError(ErrorCode.E_CONFIG, "\n".join(result.errors))
             return result
         if agent not in self.supervisor.slots:
             known = ", ".join(sorted(self.supervisor.slots))
@@ -769,7 +768,7 @@ class Daemon:
                 ErrorCode.AGENT_NOT_FOUND, f"no agent '{agent}' in this swarm ({known})"
             )
         await self.restart_agent(agent, fresh=args.fresh)
-        return {"restarted": [agent], "fresh": args.fresh}
+        return wire.Restarted([agent], args.fresh)
 
     async def _cmd_instance_delete(self, args: wire.InstanceDeleteArgs) -> wire.Deleted:
         key = args.instance_key
@@ -803,16 +802,16 @@ class Daemon:
         self._log.info("instance deleted", instanceKey=key, deleted=deleted)
         return wire.Deleted(deleted)
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "pid": os.getpid(),
-            "swarm": self.swarm.name,
-            "bundle": str(self.bundle.root),
-            "entryAgent": self.entry_agent,
-            "startedAt": self.started_at,
-            "stateRoot": str(self.paths.root),
-            "processes": [msgspec.to_builtins(p) for p in self.supervisor.table()],
-        }
+    def status(self) -> wire.Status:
+        return wire.Status(
+            pid=os.getpid(),
+            swarm=self.swarm.name,
+            bundle=str(self.bundle.root),
+            entry_agent=self.entry_agent,
+            started_at=self.started_at,
+            state_root=str(self.paths.root),
+            processes=self.supervisor.table(),
+        )
 
 
 def _answer_text(answer: wire.DelegateResult | None) -> str | None:

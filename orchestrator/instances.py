@@ -6,9 +6,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Any
-
-import msgspec
 
 from goondan.paths import StatePaths
 from ipc import wire
@@ -16,26 +13,18 @@ from ipc.error_codes import ErrorCode
 from orchestrator.control import AgentCalls, CommandError
 
 
-class SpawnedInstance(msgspec.Struct, frozen=True, rename="camel"):
-    target: str
-    instance_key: str
-    owner_agent: str
-    owner_instance_key: str
-    created_at: float
-
-
 class InstanceRegistry:
     def __init__(self) -> None:
-        self._instances: dict[tuple[str, str], SpawnedInstance] = {}
+        self._instances: dict[tuple[str, str], wire.SpawnedInstance] = {}
 
     def spawn(
         self, target: str, instance_key: str | None, owner: str, owner_key: str
-    ) -> SpawnedInstance:
+    ) -> wire.SpawnedInstance:
         key = instance_key or f"{target}-instance-{secrets.token_hex(4)}"
         existing = self._instances.get((target, key))
         if existing is not None:
             return existing
-        instance = SpawnedInstance(target, key, owner, owner_key, time.time())
+        instance = wire.SpawnedInstance(target, key, owner, owner_key, time.time())
         self._instances[(target, key)] = instance
         return instance
 
@@ -44,9 +33,9 @@ class InstanceRegistry:
         for spawned in [k for k in self._instances if k[1] == key]:
             del self._instances[spawned]
 
-    def list(self, owner: str, owner_key: str, include_all: bool) -> list[dict[str, Any]]:
+    def list(self, owner: str, owner_key: str, include_all: bool) -> list[wire.SpawnedInstance]:
         return [
-            msgspec.to_builtins(i)
+            i
             for i in self._instances.values()
             if include_all or (i.owner_agent, i.owner_instance_key) == (owner, owner_key)
         ]
@@ -103,5 +92,5 @@ async def delete_instance(
         raise CommandError(
             ErrorCode.E_INSTANCE_BUSY, "the instance was not deleted: " + "; ".join(failed)
         )
-    dropped = any(reply.ok and reply.result.get("dropped") for reply in replies)
+    dropped = any(reply.ok and wire.decode_result(reply, wire.Dropped).dropped for reply in replies)
     return paths.delete_instance(swarm, key, workdir=workdir) or dropped

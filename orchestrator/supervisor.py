@@ -25,6 +25,7 @@ import msgspec
 import structlog
 
 from goondan.settings import DEFAULTS, DaemonSettings
+from ipc import wire
 from ipc.credential import new_credential
 from ipc.tasks import TaskSet
 from orchestrator.launcher import ChildProcess, Launcher
@@ -56,16 +57,6 @@ class Exit(msgspec.Struct, frozen=True):
     consecutive_crashes: int
     startup_crashes: int  # crashes before `ready`, in a row
     start_error: str | None = None  # the agent reported why it cannot start
-
-
-class ProcessInfo(msgspec.Struct, frozen=True):
-    """One row of `goondan status`."""
-
-    name: str
-    kind: str
-    pid: int | None
-    status: str
-    restarts: int
 
 
 # Starts a connector process's name (and ZeroMQ identity), which `status` shows without it.
@@ -175,9 +166,9 @@ class Supervisor:
         if slot.ready and not slot.stopping:
             slot.status = "processing" if busy else "idle"
 
-    def table(self) -> list[ProcessInfo]:
+    def table(self) -> list[wire.ProcessInfo]:
         return [
-            ProcessInfo(
+            wire.ProcessInfo(
                 s.name.removeprefix(CONNECTION_PREFIX) if s.kind == "connector" else s.name,
                 s.kind,
                 s.process.pid if s.process else None,

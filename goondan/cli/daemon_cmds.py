@@ -92,18 +92,18 @@ class LiveView:
 
 def _status(client: ControlClient, args: argparse.Namespace) -> int:
     reply = client.command("status")
-    status = reply.result
     if args.json or not sys.stdout.isatty():
-        print(json.dumps(status, indent=2 if args.json and sys.stdout.isatty() else None))
+        print(json.dumps(reply.result, indent=2 if args.json and sys.stdout.isatty() else None))
         return 0
-    started = datetime.fromtimestamp(status["startedAt"], tz=UTC).isoformat(timespec="seconds")
-    print(f"orchestrator  pid {status['pid']}  swarm {status['swarm']}  since {started}")
-    print(f"bundle        {status['bundle']}")
+    status = wire.decode_result(reply, wire.Status)
+    started = datetime.fromtimestamp(status.started_at, tz=UTC).isoformat(timespec="seconds")
+    print(f"orchestrator  pid {status.pid}  swarm {status.swarm}  since {started}")
+    print(f"bundle        {status.bundle}")
     print()
     print(f"{'NAME':<24} {'KIND':<10} {'PID':>8}  {'STATUS':<17} {'RESTARTS':>8}")
-    for p in status["processes"]:
-        pid = p["pid"] if p["pid"] is not None else "-"
-        print(f"{p['name']:<24} {p['kind']:<10} {pid:>8}  {p['status']:<17} {p['restarts']:>8}")
+    for p in status.processes:
+        pid = p.pid if p.pid is not None else "-"
+        print(f"{p.name:<24} {p.kind:<10} {pid:>8}  {p.status:<17} {p.restarts:>8}")
     return 0
 
 
@@ -114,15 +114,14 @@ def _restart(client: ControlClient, args: argparse.Namespace) -> int:
         error = reply.error
         print(f"goondan: restart refused: {error.message if error else '?'}", file=sys.stderr)
         return EXIT_FAILED
-    result = reply.result
     if args.agent:
         print(f"restarted {args.agent}" + (" (conversations deleted)" if args.fresh else ""))
     else:
-        changed = ", ".join(result["restarted"]) or "none"
-        print(f"reloaded; restarted: {changed}", end="")
-        for key in ("added", "removed"):
-            if result[key]:
-                print(f"; {key}: {', '.join(result[key])}", end="")
+        result = wire.decode_result(reply, wire.Reloaded)
+        print(f"reloaded; restarted: {', '.join(result.restarted) or 'none'}", end="")
+        for key, names in (("added", result.added), ("removed", result.removed)):
+            if names:
+                print(f"; {key}: {', '.join(names)}", end="")
         print()
     return 0
 

@@ -78,7 +78,7 @@ def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
             error = reply.error
             print(f"goondan: {error.message if error else 'delete failed'}", file=sys.stderr)
             return 1
-        for name in reply.result["deleted"]:
+        for name in wire.decode_result(reply, wire.Deleted).deleted:
             print(f"deleted {name}")
         return 0
     swarms = [s for s in paths.stored_swarms(args.key) if args.swarm in (None, s)]

@@ -157,3 +157,67 @@ def test_agent_commands_with_bad_args_are_answered_with_an_error():
         "count",
         "agents",
     ]
+
+
+def _reply_bytes(result: msgspec.Struct) -> bytes:
+    return msgspec.msgpack.encode(wire.ControlReply(True, result))
+
+
+def test_command_results_keep_their_wire_encoding() -> None:
+    """`goondan status --json` and scripts read these maps: the keys stay as they were."""
+    row = wire.ProcessInfo("a", "agent", 12, "ready", 0)
+    status = wire.Status(1, "s", "/b", "a", 1.5, "/state", [row])
+    assert _reply_bytes(status) == msgspec.msgpack.encode(
+        {
+            "ok": True,
+            "result": {
+                "pid": 1,
+                "swarm": "s",
+                "bundle": "/b",
+                "entryAgent": "a",
+                "startedAt": 1.5,
+                "stateRoot": "/state",
+                "processes": [
+                    {"name": "a", "kind": "agent", "pid": 12, "status": "ready", "restarts": 0}
+                ],
+            },
+        }
+    )
+    reloaded = wire.Reloaded(True, ["a"], [], ["b"])
+    assert _reply_bytes(reloaded) == msgspec.msgpack.encode(
+        {
+            "ok": True,
+            "result": {"reloaded": True, "restarted": ["a"], "added": [], "removed": ["b"]},
+        }
+    )
+    restarted = wire.Restarted(["a"], False)
+    assert _reply_bytes(restarted) == msgspec.msgpack.encode(
+        {"ok": True, "result": {"restarted": ["a"], "fresh": False}}
+    )
+    spawned = wire.SpawnedInstance("w", "k", "a", "ak", 2.0)
+    assert _reply_bytes(wire.Listed(1, [spawned])) == msgspec.msgpack.encode(
+        {
+            "ok": True,
+            "result": {
+                "count": 1,
+                "agents": [
+                    {
+                        "target": "w",
+                        "instanceKey": "k",
+                        "ownerAgent": "a",
+                        "ownerInstanceKey": "ak",
+                        "createdAt": 2.0,
+                    }
+                ],
+            },
+        }
+    )
+
+
+def test_a_client_reads_a_result_with_its_commands_type() -> None:
+    reply = msgspec.msgpack.decode(
+        _reply_bytes(wire.Reloaded(True, ["a"], ["c"], [])), type=wire.ControlReply
+    )
+    assert wire.decode_result(reply, wire.Reloaded) == wire.Reloaded(True, ["a"], ["c"], [])
+    with pytest.raises(wire.MalformedFrame, match="bad Status result"):
+        wire.decode_result(reply, wire.Status)
