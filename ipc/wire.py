@@ -452,6 +452,14 @@ def control(command: str, args: msgspec.Struct | None = None) -> Control:
     return Control(command, NO_ARGS if raw == b"\x80" else msgspec.Raw(raw))
 
 
+def _decoder(type_: type[P]) -> msgspec.msgpack.Decoder[P]:
+    """One decoder per payload type, made on first use."""
+    decoder = _payload_decoders.get(type_)
+    if decoder is None:
+        decoder = _payload_decoders[type_] = msgspec.msgpack.Decoder(type_)
+    return decoder
+
+
 def decode_result(reply: ControlReply, type_: type[P]) -> P:
     """An ok reply's result as `type_` (its command's declared result). Raises
     `MalformedFrame`."""
@@ -463,11 +471,8 @@ def decode_result(reply: ControlReply, type_: type[P]) -> P:
 
 def decode_args(command: Control, type_: type[P]) -> P:
     """The command's args as `type_`. Raises `BadArgs` naming the command and the field."""
-    decoder = _payload_decoders.get(type_)
-    if decoder is None:
-        decoder = _payload_decoders[type_] = msgspec.msgpack.Decoder(type_)
     try:
-        result: P = decoder.decode(command.args)
+        result: P = _decoder(type_).decode(command.args)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise BadArgs(f"bad args for command '{command.command}': {exc}") from None
     return result
@@ -475,11 +480,8 @@ def decode_args(command: Control, type_: type[P]) -> P:
 
 def decode_payload(envelope: Envelope, type_: type[P]) -> P:
     """Decode the payload as `type_`. Raises `MalformedFrame`."""
-    decoder = _payload_decoders.get(type_)
-    if decoder is None:
-        decoder = _payload_decoders[type_] = msgspec.msgpack.Decoder(type_)
     try:
-        result: P = decoder.decode(envelope.payload)
+        result: P = _decoder(type_).decode(envelope.payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise MalformedFrame(
             f"bad {envelope.type} payload from {envelope.from_!r}: {exc}"
