@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ipc.router_socket import RouterLimits
+from ipc.router_limits import RouterLimits
 
 LauncherKind = Literal["zygote", "subprocess"]
 Durability = Literal["os", "fsync"]

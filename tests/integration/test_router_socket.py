@@ -20,7 +20,8 @@ import zmq
 from ipc import zmtp
 from ipc.dealer import Dealer
 from ipc.endpoints import connect_dealer
-from ipc.router_socket import DEFAULT_LIMITS, RouterLimits, RouterSocket, Unroutable
+from ipc.router_limits import DEFAULT_LIMITS, RouterLimits
+from ipc.router_socket import RouterSocket, Unroutable
 from tests.waiting import until
 
 
