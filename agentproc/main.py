@@ -16,6 +16,7 @@ from agentproc.extensions import EventBus, ExtensionStartError, load_extensions,
 from agentproc.messages import ModelError
 from agentproc.process import AgentProcess
 from agentproc.providers import make_provider
+from agentproc.providers.endpoints import effective_endpoint
 from agentproc.tool_registry import ToolLoadError, ToolRegistry
 from agentproc.turn import AgentDefinition
 from goondan.bundle import AgentSpec, BundleInvalid, Resource, resolve_value
@@ -58,6 +59,11 @@ async def build_definition(
             f"{model_resource.label}: the environment variable {model.api_key.env} is not set "
             "(Model.spec.apiKey.valueFrom.env); set it where the daemon runs "
             "(for systemd: the unit's EnvironmentFile)"
+        )
+    endpoint = effective_endpoint(model.provider, model.endpoint, os.environ)
+    if endpoint.url is not None:
+        structlog.get_logger().info(
+            "model endpoint", agent=agent.name, url=endpoint.url, source=endpoint.source
         )
     try:
         provider = make_provider(model, api_key)

@@ -14,8 +14,11 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
+import msgspec
+
 from agentproc.messages import ModelError, ModelReply, ModelRequest
 from agentproc.providers._common import Backend, TextCallback
+from agentproc.providers.endpoints import effective_endpoint
 from agentproc.providers.resilience import ResilientProvider, RetryPolicy, parse_fallbacks
 from goondan.bundle.model import ModelCapabilities, ModelSpec
 from ipc.error_codes import ErrorCode
@@ -96,6 +99,9 @@ def make_provider(spec: ModelSpec, api_key: str | None) -> Provider:
 
 
 def _backend(spec: ModelSpec, api_key: str | None, policy: RetryPolicy) -> Backend:
+    endpoint = effective_endpoint(spec.provider, spec.endpoint, os.environ)
+    if endpoint.source != "default":
+        spec = msgspec.structs.replace(spec, endpoint=endpoint.url)
     if spec.provider == "openai":
         from agentproc.providers.openai import OpenAIProvider
 

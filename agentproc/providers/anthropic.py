@@ -4,8 +4,8 @@ Model resource knobs (`Model.spec`):
 
 - `apiKey`: required for the public API (e.g. `valueFrom.env: ANTHROPIC_API_KEY`); a proxy or a
   local server at `endpoint` that needs none may omit it.
-- `endpoint`: base URL, default `https://api.anthropic.com` (a trailing `/v1` is accepted and
-  dropped: the SDK adds `/v1/messages` itself).
+- `endpoint`: base URL, default `$ANTHROPIC_BASE_URL`, else `https://api.anthropic.com` (a
+  trailing `/v1` is accepted and dropped: the SDK adds `/v1/messages` itself).
 - `capabilities.streaming: true`: stream the reply (SSE events); text reaches `on_text` as it
   arrives.
 - `options` (all optional): `headers` - extra HTTP headers (e.g. `anthropic-beta`); retries,
@@ -52,11 +52,12 @@ from agentproc.providers._common import (
     retry_after_seconds,
     root_cause,
 )
+from agentproc.providers.endpoints import PUBLIC_API
 from agentproc.providers.resilience import POLICY_OPTIONS, RetryPolicy
 from goondan.bundle.model import ModelSpec
 from ipc.error_codes import ErrorCode
 
-DEFAULT_ENDPOINT = "https://api.anthropic.com"
+DEFAULT_ENDPOINT = PUBLIC_API["anthropic"]
 DEFAULT_MAX_TOKENS = 4096
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 LOCAL_PLACEHOLDER_KEY = "not-needed"
@@ -132,7 +133,7 @@ class AnthropicProvider:
             {k: v for k, v in options.items() if k not in _CLIENT_OPTIONS}
         )
         # An explicit key and base URL always: the SDK would otherwise read ANTHROPIC_API_KEY
-        # and ANTHROPIC_BASE_URL behind the bundle's back.
+        # behind the bundle's back (`providers.endpoints` honours ANTHROPIC_BASE_URL openly).
         self._client = anthropic.AsyncAnthropic(
             api_key=_resolve_key(api_key, spec.endpoint),
             base_url=self._endpoint,

@@ -3,7 +3,8 @@
 
 Model resource knobs (`Model.spec`):
 
-- `endpoint`: base URL such as `http://127.0.0.1:8080/v1`; default the public OpenAI API.
+- `endpoint`: base URL such as `http://127.0.0.1:8080/v1`; default `$OPENAI_BASE_URL`, else the
+  public OpenAI API.
 - `apiKey`: required for the public API; a local server that needs none may omit it.
 - `capabilities.streaming: true`: stream the reply (SSE); text reaches `on_text` as it arrives
   and usage is requested with `stream_options.include_usage`.
@@ -41,11 +42,12 @@ from agentproc.providers._common import (
     retry_after_seconds,
     root_cause,
 )
+from agentproc.providers.endpoints import PUBLIC_API
 from agentproc.providers.resilience import POLICY_OPTIONS, RetryPolicy
 from goondan.bundle.model import ModelSpec
 from ipc.error_codes import ErrorCode
 
-DEFAULT_ENDPOINT = "https://api.openai.com/v1"
+DEFAULT_ENDPOINT = PUBLIC_API["openai"]
 # Local servers (vLLM, Ollama, llama.cpp) ignore the key, but the SDK insists on one.
 LOCAL_PLACEHOLDER_KEY = "not-needed"
 
