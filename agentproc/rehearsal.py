@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import uvloop
@@ -46,21 +47,31 @@ SCRIPT = {"rules": [{"when": "^tool", "steps": [{"call": TOOL, "args": {"text": 
 
 def rehearse(turns: int = TURNS) -> bool:
     """Run `turns` delegated turns; True when every one was answered."""
-    threads = threading.active_count()
-    try:
-        with tempfile.TemporaryDirectory(prefix="goondan-rehearsal-") as tmp:
-            answered = uvloop.run(_rehearse(Path(tmp), turns))
-    except Exception as exc:  # noqa: BLE001 - never stop the template over a head start
-        print(f"goondan template: rehearsal failed: {exc!r}", file=sys.stderr)
-        return False
-    if threading.active_count() > threads:  # a fork with threads alive would be unsafe
-        raise RuntimeError("the rehearsal left a thread running")
+    answered = rehearse_turns(0, turns)
     if answered != turns:
         print(f"goondan template: rehearsal answered {answered} of {turns} turns", file=sys.stderr)
     return answered == turns
 
 
-async def _rehearse(tmp: Path, turns: int) -> int:
+def rehearse_turns(first: int, turns: int, should_stop: Callable[[], bool] | None = None) -> int:
+    """Run turns `first` to `turns - 1`, or fewer: after each turn, stop when `should_stop()`
+    (the template has a launch waiting). Returns how many were answered (0 on a failure), so
+    the template can go on later from where it stopped: quickening counts across runs."""
+    threads = threading.active_count()
+    try:
+        with tempfile.TemporaryDirectory(prefix="goondan-rehearsal-") as tmp:
+            answered = uvloop.run(_rehearse(Path(tmp), first, turns, should_stop))
+    except Exception as exc:  # noqa: BLE001 - never stop the template over a head start
+        print(f"goondan template: rehearsal failed: {exc!r}", file=sys.stderr)
+        return 0
+    if threading.active_count() > threads:  # a fork with threads alive would be unsafe
+        raise RuntimeError("the rehearsal left a thread running")
+    return answered
+
+
+async def _rehearse(
+    tmp: Path, first: int, turns: int, should_stop: Callable[[], bool] | None
+) -> int:
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     endpoint = f"ipc://{tmp / 'r.sock'}"
     router = bind_router(ctx, endpoint)
@@ -82,7 +93,7 @@ async def _rehearse(tmp: Path, turns: int) -> int:
     )
     running = asyncio.get_running_loop().create_task(process.run())
     try:
-        return await _drive(router, turns)
+        return await _drive(router, first, turns, should_stop)
     finally:
         if not running.done():
             running.cancel()
@@ -92,13 +103,17 @@ async def _rehearse(tmp: Path, turns: int) -> int:
         ctx.term()
 
 
-async def _drive(router: zmq.Socket[bytes], turns: int) -> int:
+async def _drive(
+    router: zmq.Socket[bytes], first: int, turns: int, should_stop: Callable[[], bool] | None
+) -> int:
     deadline = time.monotonic() + TIMEOUT_S
     if not await _receive(router, wire.READY, deadline):
         return 0
     source = wire.Source("orchestrator", "rehearsal")
     answered = 0
-    for turn in range(turns):
+    for turn in range(first, turns):
+        if answered and should_stop is not None and should_stop():
+            break
         text = "tool ping" if turn % 2 else "ping"
         request = wire.Delegate(text, f"r{min(turn, CONVERSATIONS - 1)}", source)
         frame = wire.encode(

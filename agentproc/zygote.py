@@ -5,21 +5,28 @@ a fork of a process that already has them is ready at once (figure 3), and idle 
 those pages with the template (`reference/ipc-limits.md` §4). Like multiprocessing's forkserver, the
 template has no event loop, no threads and no ZeroMQ context when it forks.
 
-Protocol (JSON lines): the orchestrator writes `{"id": N, "argv": [...], "credential": "..."}`
-to our stdin (the credential reaches the child in memory, never in its argv); we answer
-`{"id": N, "pid": P}` (or `{"id": N, "error": "..."}`) on stdout, and `{"exit": P, "code": C}`
-when a child ends (C is negative for a signal, like `Popen.returncode`). EOF on stdin ends us;
-the children then die through their parent-death signal.
+Protocol (JSON lines): we say `{"ready": PID}` once the runtime is imported, and
+`{"warm": PID, ...}` once rehearsed and frozen (`Warming`). The orchestrator
+writes `{"bundle": PATH, "providers": [...]}` first (again after a reload: we import the
+providers we lack, and load the bundle again when idle), then a line per launch,
+`{"id": N, "argv": [...], "credential": "..."}` (the credential reaches the child in memory,
+never in its argv); we answer `{"id": N, "pid": P}` (or `{"id": N, "error": "..."}`) on
+stdout, and `{"exit": P, "code": C}` when a child ends (C is negative for a signal, like
+`Popen.returncode`). EOF on stdin ends us; the children then die through their parent-death
+signal.
 """
 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import select
 import signal
 import sys
+import time
+from collections.abc import Callable
 from typing import Any
 
 # The runtime every agent needs, imported here once so children inherit it.
@@ -28,14 +35,24 @@ import uvloop  # noqa: F401
 import agentproc.main  # (and, through it, the whole agent runtime)
 import agentproc.providers.scripted  # noqa: F401
 from agentproc.fresh_pools import fill_partial_pools
-from agentproc.rehearsal import rehearse
+from agentproc.rehearsal import TURNS, rehearse_turns
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 
-try:  # the SDK-based providers are heavy to import; preload them when installed
-    import agentproc.providers.openai  # noqa: F401
-except ImportError:  # pragma: no cover
-    pass
+
+def preload_providers(providers: list[str]) -> None:
+    """Import the providers the bundle's Models use, so that children share their SDKs.
+
+    Only those: the `openai` SDK alone takes most of a second to import, which every daemon
+    start would pay for a bundle that never calls it. A provider a reload adds later is
+    imported by each of its agents after the fork (`make_provider` imports lazily)."""
+    for name in providers:
+        if name in ("", "scripted"):
+            continue
+        try:
+            importlib.import_module(f"agentproc.providers.{name}")
+        except ImportError:  # its SDK is not installed: the agent reports it at its start
+            pass
 
 
 def _write(out: int, message: dict[str, Any]) -> None:
@@ -83,45 +100,120 @@ def _child(argv: list[str], credential: str | None, fds: tuple[int, ...]) -> Non
 
 def warm_up(bundle: str | None) -> None:
     """Load the daemon's bundle once, so every child inherits parsed modules and compiled
-    argument validators instead of building them itself."""
+    argument validators instead of building them itself; and import its Models' providers."""
     if bundle is None:
         return
     try:
         from goondan.bundle.cache import load_bundle_cached
 
-        load_bundle_cached(bundle)
+        loaded = load_bundle_cached(bundle)
     except Exception:  # a broken bundle is reported by the agents themselves
-        pass
+        return
+    preload_providers(list(loaded.model_providers()))
 
 
-def serve() -> int:
+class Warming:
+    """What makes forked agents cheap beyond the imports, done while no launch waits.
+
+    The template answers launches once the runtime is imported and the bundle loaded: a
+    daemon's first agents do not wait for the rest. The rehearsal (`agentproc/rehearsal.py`,
+    stopped after a turn when a launch comes in and resumed later from that turn) and the
+    freezing of the template's objects come after, once nothing has come in for IDLE_S, so
+    the first launches (the entry agent's, then those of the agents it asks) are not caught
+    behind them. Agents forked after it share all of it; the few forked before quicken their
+    own code on their first turns. A reload's new configuration makes it load the bundle
+    again and freeze once more."""
+
+    IDLE_S = 0.05
+
+    def __init__(self, bundle: str | None) -> None:
+        self.bundle = bundle
+        self.bundle_loaded = True  # before serving: `__main__` loads it
+        self.turns_done = 0
+        self.rehearsal_failed = False
+        self.frozen = False  # collected, pools filled and frozen since the last change
+        self.fillers: list[object] = []  # alive as long as the template: in the children too
+
+    def configure(self, message: dict[str, Any]) -> None:
+        preload_providers(message.get("providers", []))
+        self.bundle, self.bundle_loaded = message.get("bundle"), False  # (a cache hit if unchanged)
+        self.frozen = False
+
+    def pending(self) -> bool:
+        return not self.frozen
+
+    def step(self, interrupted: Callable[[], bool]) -> dict[str, int] | None:
+        """One piece of the warming; the rehearsal stops early when `interrupted()`. Returns
+        the message that says the template is warm, after the last piece."""
+        if self.bundle is not None and not self.bundle_loaded:
+            warm_up(self.bundle)
+            self.bundle_loaded = True
+        elif self.turns_done < TURNS and not self.rehearsal_failed:
+            answered = rehearse_turns(self.turns_done, TURNS, interrupted)
+            self.turns_done += answered
+            self.rehearsal_failed = answered == 0
+        else:
+            gc.collect()
+            self.fillers.append(fill_partial_pools())
+            gc.freeze()  # keep the shared pages clean: gc passes would otherwise dirty them
+            self.frozen = True
+            return {"warm": os.getpid(), "rehearsedTurns": self.turns_done}
+        return None
+
+
+def _on_sigchld(signum: int, frame: object) -> None:
+    """A handler, so that the wakeup fd sees SIGCHLD; the loop reaps."""
+
+
+def serve(bundle: str | None = None) -> int:
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd sees it
-    gc.collect()
-    _filler = fill_partial_pools()  # alive as long as this frame: in the children too
-    gc.freeze()  # keep the shared pages clean: gc passes would otherwise dirty them
+    signal.signal(signal.SIGCHLD, _on_sigchld)
+    warming = Warming(bundle)
     _write(stdout, {"ready": os.getpid()})
     buffer = b""
+    quiet_since = time.monotonic()
+
+    def launch_waiting() -> bool:
+        return bool(select.select([stdin], [], [], 0)[0])
+
     while True:
+        timeout = None
+        if warming.pending():
+            timeout = max(0.0, quiet_since + Warming.IDLE_S - time.monotonic())
         try:
-            readable, _, _ = select.select([stdin, wake_r], [], [])
+            readable, _, _ = select.select([stdin, wake_r], [], [], timeout)
         except InterruptedError:
             continue
         if wake_r in readable:
             os.read(wake_r, 4096)
             _reap(stdout)
         if stdin not in readable:
+            if not readable:
+                if (warm := warming.step(launch_waiting)) is not None:
+                    _write(stdout, warm)
+                # The rehearsal's event loop took the wakeup fd and SIGCHLD over, and a child
+                # may have ended meanwhile.
+                signal.set_wakeup_fd(wake_w)
+                signal.signal(signal.SIGCHLD, _on_sigchld)
+                _reap(stdout)
             continue
         chunk = os.read(stdin, 65536)
         if not chunk:
             return 0
+        quiet_since = time.monotonic()
         buffer += chunk
         while b"\n" in buffer:
             line, buffer = buffer.split(b"\n", 1)
             request = json.loads(line)
+            if "argv" not in request:
+                warming.configure(request)
+                continue
+            # Objects inherited from the template stay out of the children's collections,
+            # warm or not: collecting them would write to (and so un-share) their pages.
+            gc.freeze()
             try:
                 pid = os.fork()
             except OSError as exc:
@@ -136,6 +228,8 @@ if __name__ == "__main__":
     die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's business
     configure_logging()  # to stderr: stdout carries the protocol
-    warm_up(sys.argv[2] if len(sys.argv) > 2 else None)
-    rehearse()
-    raise SystemExit(serve())
+    # The bundle (and so the providers' SDKs) before saying ready: a template started early by
+    # `goondan run` has the time, while the daemon imports and loads it too.
+    bundle = sys.argv[2] if len(sys.argv) > 2 else None
+    warm_up(bundle)
+    raise SystemExit(serve(bundle))

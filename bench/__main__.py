@@ -1,7 +1,8 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: run the figures, print the
 table (stdout), write `bench/results.json`. Progress goes to stderr.
 
-Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability.
+Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability,
+coldstart.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ FIGURES = {
     "scale": "bench.fig_scale",
     "touch": "bench.fig_touch",
     "durability": "bench.fig_durability",
+    "coldstart": "bench.fig_coldstart",
 }
 GOALS = {
     "roundtrip": "<= 2x bare",
@@ -41,6 +43,7 @@ GOALS = {
     "scale": "0 lost, p99 <= 50 ms",
     "touch": "(diagnostic)",
     "durability": "(reported)",
+    "coldstart": "<= 0.5 s",
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 

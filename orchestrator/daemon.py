@@ -98,6 +98,8 @@ class Daemon:
         self.input_trace_id: str | None = None  # of `run --input`, for its transcript
         # Shows what a `run --input` turn streams (text, tool progress), when set.
         self.on_update: Callable[[wire.TurnUpdate], None] | None = None
+        # Given `run --input`'s (exit code, answer) as soon as it is known, before the shutdown.
+        self.on_answer: Callable[[int, str | None], None] | None = None
         self._stopping = False
         self._fingerprints = self._fingerprint(bundle, self.swarm)
         self._reload_lock = asyncio.Lock()
@@ -117,9 +119,12 @@ class Daemon:
             self._startup()
             try:
                 answer = await self._main_loop(one_input)
+                code = 0 if answer is None or answer.status == "ok" else 1
+                if self.on_answer is not None and answer is not None:
+                    self.on_answer(code, _answer_text(answer))
             finally:
                 await self._shutdown()
-        return (0 if answer is None or answer.status == "ok" else 1), _answer_text(answer)
+        return code, _answer_text(answer)
 
     def _startup(self) -> None:
         open_files = _raise_open_files_limit()  # before any agent: they inherit it
@@ -144,7 +149,12 @@ class Daemon:
             limits=self.settings.ipc,
         )
         launch_spec = LaunchSpec(
-            self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root, self.settings
+            self.bundle.root,
+            self.swarm.name,
+            agents_endpoint,
+            self.paths.root,
+            self.settings,
+            self.bundle.model_providers(),
         )
         self.launcher: Launcher = make_launcher(self.settings.daemon.spawn, launch_spec)
         connections = swarm_connections(self.bundle, self.swarm)
@@ -408,6 +418,7 @@ class Daemon:
         removed = [n for n in old if n not in prints]
         changed = [n for n in prints if n in old and (restart_all or prints[n] != old[n])]
         self.bundle, self.swarm, self._fingerprints = bundle, swarm, prints
+        self.launcher.set_providers(bundle.model_providers())
         self.agent_names = list(bundle.swarm_agents(swarm))
         connections = swarm_connections(bundle, swarm)
         self.entry_agent = bundle.entry_agent(swarm)

@@ -41,6 +41,9 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     endpoint: str
     state_root: Path
     settings: Settings  # the agent's nice increment, and what differs from the defaults
+    # The model providers the bundle's Models (and their fallbacks) use: the template imports
+    # these SDKs once for every child, and no other (`openai` alone takes most of a second).
+    providers: tuple[str, ...] = ()
 
     def argv(self, agent: str, parent_pid: int) -> list[str]:
         return [
@@ -78,6 +81,10 @@ class Launcher(Protocol):
 
     async def aclose(self) -> None: ...
 
+    def set_providers(self, providers: tuple[str, ...]) -> None:
+        """The bundle's Models changed (a reload): these are the providers they use now."""
+        ...
+
 
 def make_launcher(kind: LauncherKind, spec: LaunchSpec) -> Launcher:
     if kind == "subprocess":
@@ -91,6 +98,9 @@ class SubprocessLauncher:
 
     async def start(self) -> None:
         return None
+
+    def set_providers(self, providers: tuple[str, ...]) -> None:
+        return None  # each agent imports its own provider
 
     async def launch(self, agent: str, credential: bytes) -> ChildProcess:
         with _credential_pipe(credential) as fd:
@@ -124,6 +134,9 @@ class ConnectorLauncher:
         self.terminal_owner = terminal_owner
 
     async def start(self) -> None:
+        return None
+
+    def set_providers(self, providers: tuple[str, ...]) -> None:
         return None
 
     async def launch(self, name: str, credential: bytes) -> ChildProcess:
@@ -193,10 +206,98 @@ class ZygoteChild:
                 pass
 
 
+# A template started by `goondan run` before it builds the daemon (`start_template_early`), for
+# the daemon's ZygoteLauncher to take over.
+_head_start: subprocess.Popen[bytes] | None = None
+
+
+def start_template_early(bundle: str) -> None:
+    """Start the agent template now, so that it imports the agent runtime while this process
+    imports the orchestrator and loads the bundle, instead of after: the two take about as long,
+    and on a cold `goondan run --input` the first agent waits for the later of them. The first
+    `ZygoteLauncher.start` in this process takes it over (it learns its bundle then)."""
+    global _head_start
+    if _head_start is None:
+        _head_start = _spawn_template(bundle)
+
+
+def _spawn_template(bundle: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentproc.zygote", str(os.getpid()), bundle],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=None,
+    )
+
+
+def _take_head_start() -> subprocess.Popen[bytes] | None:
+    global _head_start
+    popen, _head_start = _head_start, None
+    if popen is not None and popen.poll() is not None:
+        return None  # it died early: start another
+    return popen
+
+
+class Template:
+    """The template process, driven from the event loop: its stdin for launch lines, its
+    stdout for answers (a `subprocess.Popen`, so one started before the loop fits too)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], transport: asyncio.WriteTransport,
+                 stdout: asyncio.StreamReader) -> None:  # fmt: skip
+        self.popen = popen
+        self.pid = popen.pid
+        self.stdout = stdout
+        self._stdin = transport
+
+    @classmethod
+    async def adopt(cls, popen: subprocess.Popen[bytes]) -> Template:
+        assert popen.stdin is not None and popen.stdout is not None
+        loop = asyncio.get_running_loop()
+        stdout = asyncio.StreamReader(limit=1 << 20)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout)
+        transport, _ = await loop.connect_write_pipe(asyncio.Protocol, popen.stdin)
+        return cls(popen, transport, stdout)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self._stdin.is_closing():
+            self._stdin.write((json.dumps(message) + "\n").encode())
+
+    def close_stdin(self) -> None:
+        self._stdin.close()  # EOF: the template exits
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+
+    async def wait(self) -> int:
+        """Its exit code, once it has exited (a pidfd tells the loop; no thread, no polling)."""
+        if (code := self.popen.poll()) is not None:
+            return code
+        loop = asyncio.get_running_loop()
+        exited: asyncio.Future[None] = loop.create_future()
+        fd = os.pidfd_open(self.pid)
+
+        def readable() -> None:
+            if not exited.done():
+                exited.set_result(None)
+
+        loop.add_reader(fd, readable)
+        try:
+            await exited
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+        return self.popen.wait()
+
+
 class ZygoteLauncher:
     def __init__(self, spec: LaunchSpec) -> None:
         self.spec = spec
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: Template | None = None
         self._starting: asyncio.Task[None] | None = None
         self._tasks = TaskSet("zygote launcher")  # the template's start, and its reader
         self._ids = itertools.count(1)
@@ -217,17 +318,11 @@ class ZygoteLauncher:
             self._starting = None
 
     async def _start(self) -> None:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "agentproc.zygote",
-            str(os.getpid()),
-            str(self.spec.bundle),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None,
-        )
-        assert process.stdout is not None
+        popen = _take_head_start() or _spawn_template(str(self.spec.bundle))
+        process = await Template.adopt(popen)
+        # The template loads the bundle and imports the providers its Models use before it says
+        # ready; this line (before any launch line) covers a bundle it could not load.
+        process.send(self._configuration(self.spec.providers))
         try:
             first = await process.stdout.readline()
         except BaseException:  # cancelled at shutdown: no template left behind
@@ -239,19 +334,31 @@ class ZygoteLauncher:
         self._tasks.spawn(self._read(process), name="read agent template")
         self._log.debug("template process ready", pid=process.pid)
 
+    def _configuration(self, providers: tuple[str, ...]) -> dict[str, Any]:
+        return {"bundle": str(self.spec.bundle), "providers": list(providers)}
+
+    def set_providers(self, providers: tuple[str, ...]) -> None:
+        """A reload changed the bundle's Models: the running template imports the providers it
+        lacks (and reloads the bundle) between two launches. It is not replaced: its agents are
+        its children and die with it, and their exits reach us only through its stdout."""
+        self.spec = msgspec.structs.replace(self.spec, providers=providers)
+        if self._process is not None:
+            self._process.send(self._configuration(providers))
+
     async def launch(self, agent: str, credential: bytes) -> ChildProcess:
         await self.start()
         process = self._process
-        assert process is not None and process.stdin is not None
+        assert process is not None
         request_id = next(self._ids)
         future: asyncio.Future[ZygoteChild] = asyncio.get_running_loop().create_future()
         self._launches[request_id] = future
-        line = {
-            "id": request_id,
-            "argv": self.spec.argv(agent, process.pid),
-            "credential": credential.decode(),
-        }
-        process.stdin.write((json.dumps(line) + "\n").encode())
+        process.send(
+            {
+                "id": request_id,
+                "argv": self.spec.argv(agent, process.pid),
+                "credential": credential.decode(),
+            }
+        )
         try:
             return await future
         finally:
@@ -260,8 +367,8 @@ class ZygoteLauncher:
     async def aclose(self) -> None:
         self._closing = True
         process = self._process
-        if process is not None and process.stdin is not None:
-            process.stdin.close()  # EOF: the template exits
+        if process is not None:
+            process.close_stdin()
             try:
                 await asyncio.wait_for(process.wait(), 5)
             except TimeoutError:
@@ -269,8 +376,7 @@ class ZygoteLauncher:
                 await process.wait()
         await self._tasks.close(grace_s=1.0)  # the reader ends at the template's EOF
 
-    async def _read(self, process: asyncio.subprocess.Process) -> None:
-        assert process.stdout is not None
+    async def _read(self, process: Template) -> None:
         try:
             while line := await process.stdout.readline():
                 self._on_message(json.loads(line))
@@ -280,13 +386,13 @@ class ZygoteLauncher:
             self._log.exception("unreadable line from the template process; stopping it")
             process.kill()
         # The template is gone; its children die with it (parent-death signal).
-        await process.wait()
+        code = await process.wait()
         if self._process is process:
             self._process = None
         if self._closing:
-            self._log.debug("template process exited", code=process.returncode)
+            self._log.debug("template process exited", code=code)
         else:  # its agents died with it; the next launch starts a new template
-            self._log.warning("template process exited", code=process.returncode)
+            self._log.warning("template process exited", code=code)
         for child in self._children.values():
             if not child.exit.done():
                 child.exit.set_result(-signal.SIGKILL)
@@ -300,6 +406,9 @@ class ZygoteLauncher:
             child = self._children.pop(message["exit"], None)
             if child is not None and not child.exit.done():
                 child.exit.set_result(int(message["code"]))
+            return
+        if "warm" in message:
+            self._log.info("agent template warm", pid=message["warm"])
             return
         future = self._launches.get(message.get("id", -1))
         if future is None or future.done():

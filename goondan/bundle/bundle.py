@@ -116,6 +116,19 @@ class Bundle:
             return read_regular_file(path, codes.MAX_ENTRY_BYTES).decode("utf-8")
         return spec.prompt.system
 
+    def model_providers(self) -> tuple[str, ...]:
+        """Every provider a Model names, its `options.fallbacks` included, sorted: the SDKs
+        the swarm's agents may import."""
+        found: set[str] = set()
+        for model in self.of_kind("Model"):
+            spec: ModelSpec = model.spec
+            found.add(spec.provider)
+            fallbacks = spec.options.get("fallbacks")
+            for item in fallbacks if isinstance(fallbacks, list) else ():
+                if isinstance(item, dict) and isinstance(item.get("provider"), str):
+                    found.add(item["provider"])
+        return tuple(sorted(found))
+
     def model_spec(self, agent: Resource) -> ModelSpec:
         spec: ModelSpec = self.agent_model(agent).spec
         return spec

@@ -9,7 +9,7 @@ from pathlib import Path
 from structlog.testing import capture_logs
 
 from goondan.settings import DEFAULTS
-from orchestrator.launcher import LaunchSpec, ZygoteChild, ZygoteLauncher
+from orchestrator.launcher import LaunchSpec, Template, ZygoteChild, ZygoteLauncher
 from orchestrator.supervisor import Exit, Supervisor
 
 
@@ -73,11 +73,12 @@ async def test_an_unreadable_template_is_stopped_and_its_launches_fail(tmp_path:
     spec = LaunchSpec(tmp_path, "s", "ipc://x", tmp_path, DEFAULTS)
     launcher = ZygoteLauncher(spec)
     # A template that answers garbage, then would wait for ever.
-    template = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        "import time; print('not json', flush=True); time.sleep(60)",
-        stdout=subprocess.PIPE,
+    template = await Template.adopt(
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; print('not json', flush=True); time.sleep(60)"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
     )
     waiting: asyncio.Future[ZygoteChild] = asyncio.get_running_loop().create_future()
     launcher._launches[1] = waiting
