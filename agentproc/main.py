@@ -25,6 +25,7 @@ from goondan.hardening import harden_agent
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
+from goondan.proctitle import set_title
 from goondan.settings import DEFAULTS, Settings, SettingsError
 from ipc import wire
 from ipc.credential import properties, read_credential_fd
@@ -214,6 +215,7 @@ async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
 def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
     """`credential`: what the template was given for this launch (else `--credential-fd`)."""
     args = parse_args(argv)
+    set_title(f"goondan: agent {args.agent} ({args.swarm})")
     if credential is None and args.credential_fd is not None:
         credential = read_credential_fd(args.credential_fd)
     die_with_parent(args.parent_pid)

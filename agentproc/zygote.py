@@ -38,6 +38,7 @@ from agentproc.fresh_pools import fill_partial_pools
 from agentproc.rehearsal import TURNS, rehearse_turns
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
+from goondan.proctitle import set_title
 
 
 def preload_providers(providers: list[str]) -> None:
@@ -226,6 +227,7 @@ def serve(bundle: str | None = None) -> int:
 
 if __name__ == "__main__":
     die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
+    set_title("goondan: template")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's business
     configure_logging()  # to stderr: stdout carries the protocol
     # The bundle (and so the providers' SDKs) before saying ready: a template started early by

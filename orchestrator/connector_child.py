@@ -38,6 +38,7 @@ from goondan.connectors import (
 from goondan.hardening import forbid_inspection
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
+from goondan.proctitle import set_title
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire
 from ipc.credential import properties, read_credential_fd
@@ -225,6 +226,7 @@ async def _serve(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    set_title(f"goondan: connector {args.connection}")
     credential = None if args.credential_fd is None else read_credential_fd(args.credential_fd)
     die_with_parent(args.parent_pid)
     forbid_inspection()

@@ -23,6 +23,7 @@ import structlog
 from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
 from goondan.hardening import forbid_inspection
 from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
+from goondan.proctitle import set_title
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire
 from ipc.endpoints import ensure_private_dir, ipc_endpoint
@@ -112,6 +113,7 @@ class Daemon:
         """Run until stopped. With `one_input`, answer it and stop; returns (code, answer)."""
         # Conversations, journal and sockets are the owner's alone; agents inherit the umask.
         os.umask(0o077)
+        set_title(f"goondan: orchestrator {self.swarm.name}")
         forbid_inspection()  # agents' keys sit in our environ: root-only /proc/PID/environ
         ensure_private_dir(self.paths.root)
         ensure_private_dir(self.paths.run_dir)

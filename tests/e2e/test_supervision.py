@@ -232,7 +232,7 @@ def test_a_killed_template_process_is_replaced(start_daemon):
             except OSError:
                 continue
             parent = int(stat.rsplit(")", 1)[1].split()[1])
-            if b"agentproc.zygote" in cmdline and parent == daemon.proc.pid:
+            if cmdline[0] == b"goondan: template" and parent == daemon.proc.pid:
                 return int(entry)
         return None
 
