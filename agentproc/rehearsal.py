@@ -1,4 +1,4 @@
-"""A rehearsal in the template process: a few turns of a scripted agent before the first fork.
+"""A rehearsal in the template process: turns of a scripted agent, so forked agents start warm.
 
 CPython 3.11 rewrites a function's bytecode the first times it runs (quickening, then
 specialising each instruction to the types it meets) and gives dicts and types version tags on
@@ -7,8 +7,10 @@ private copy, on every page it touches; done once here, the children inherit the
 rehearsal goes through a real AgentProcess and a real ZeroMQ ROUTER (ipc, in a temporary
 directory, removed after), so the same code runs as in an agent's turn; every other turn calls
 a tool, so the tool-call path is warm too. It leaves no event loop, thread or ZeroMQ context
-behind, as the template's forks require. A failure only costs the head start: it is reported on
-stderr and the template goes on.
+behind, as the template's forks require. The template runs it while no launch waits
+(`agentproc/zygote.py`, `Warming`): it stops after any turn when one comes in and goes on later
+from that turn. A failure only costs the head start: it is reported on stderr and the template
+goes on.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def test_rehearsal_answers_every_turn_and_leaves_no_thread_or_file(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []  # its socket and state directory are gone
 
 
-def test_template_rehearses_before_it_says_ready_and_keeps_stdout_for_the_protocol(
+def test_template_says_ready_and_keeps_stdout_for_the_protocol(
     tmp_path: Path,
 ) -> None:
     with subprocess.Popen(
