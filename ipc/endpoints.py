@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-
-import zmq
+from typing import TYPE_CHECKING
 
 from ipc import zmtp
+
+if TYPE_CHECKING:  # imported where a socket is made: the daemon speaks ZMTP itself, no pyzmq
+    import zmq
 
 # Linux limits a unix socket path to 107 bytes; we check it ourselves to give a clear error.
 MAX_IPC_PATH = 107
@@ -49,6 +51,8 @@ def ipc_endpoint(socket_path: Path) -> str:
 
 
 def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> zmq.Socket[bytes]:
+    import zmq
+
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -69,6 +73,8 @@ def bind_router(ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str) -> zmq.Socke
 def connect_dealer(
     ctx: zmq.Context[zmq.Socket[bytes]], endpoint: str, identity: str
 ) -> zmq.Socket[bytes]:
+    import zmq
+
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.IDENTITY, identity.encode())
     _common_options(sock)
@@ -77,6 +83,8 @@ def connect_dealer(
 
 
 def _common_options(sock: zmq.Socket[bytes]) -> None:
+    import zmq
+
     sock.setsockopt(zmq.LINGER, LINGER_MS)
     sock.setsockopt(zmq.SNDHWM, HWM)
     sock.setsockopt(zmq.RCVHWM, HWM)

@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-V", "--version", action="version", version=f"goondan {_version()}")
+    parser.add_argument("-V", "--version", action=_Version, nargs=0, help="print the version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser("validate", help="check a bundle and report every problem")
@@ -200,6 +200,14 @@ def _nice(text: str) -> int:
     if not 0 <= value <= 19:
         raise argparse.ArgumentTypeError(f"{value} is not between 0 and 19")
     return value
+
+
+class _Version(argparse.Action):
+    """`--version`, looked up only when asked: importlib.metadata is slow to import."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"goondan {_version()}")
+        parser.exit()
 
 
 def _version() -> str:
