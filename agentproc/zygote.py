@@ -167,7 +167,7 @@ def _on_sigchld(signum: int, frame: object) -> None:
 
 
 def serve(bundle: str | None = None) -> int:
-    stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
+    stdin, stdout = 0, 1  # the pipes, whatever sys.stdin and sys.stdout are
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -225,13 +225,23 @@ def serve(bundle: str | None = None) -> int:
             _write(stdout, {"id": request["id"], "pid": pid})
 
 
-if __name__ == "__main__":
-    die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
+def run_template(parent_pid: int, bundle: str | None) -> int:
+    """The template's life: `python -m agentproc.zygote PARENT_PID [BUNDLE]`, or a fork of
+    `goondan run` (`orchestrator.launcher.start_template_early`), stdin and stdout its pipes."""
+    die_with_parent(parent_pid)
     set_title("goondan: template")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's business
     configure_logging()  # to stderr: stdout carries the protocol
     # The bundle (and so the providers' SDKs) before saying ready: a template started early by
     # `goondan run` has the time, while the daemon imports and loads it too.
-    bundle = sys.argv[2] if len(sys.argv) > 2 else None
     warm_up(bundle)
-    raise SystemExit(serve(bundle))
+    return serve(bundle)
+
+
+if __name__ == "__main__":
+    raise SystemExit(
+        run_template(
+            int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid(),
+            sys.argv[2] if len(sys.argv) > 2 else None,
+        )
+    )

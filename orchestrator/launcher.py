@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import msgspec
 import structlog
@@ -206,19 +208,88 @@ class ZygoteChild:
                 pass
 
 
+class TemplateProcess(Protocol):
+    """What the launcher needs of the template's process: a `subprocess.Popen`, or a
+    `ForkedTemplate`."""
+
+    pid: int
+    stdin: IO[bytes] | None
+    stdout: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+class ForkedTemplate:
+    """A template forked from this process (`start_template_early`), with Popen's interface."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
 # A template started by `goondan run` before it builds the daemon (`start_template_early`), for
 # the daemon's ZygoteLauncher to take over.
-_head_start: subprocess.Popen[bytes] | None = None
+_head_start: TemplateProcess | None = None
 
 
 def start_template_early(bundle: str) -> None:
     """Start the agent template now, so that it imports the agent runtime while this process
     imports the orchestrator and loads the bundle, instead of after: the two take about as long,
-    and on a cold `goondan run --input` the first agent waits for the later of them. The first
-    `ZygoteLauncher.start` in this process takes it over (it learns its bundle then)."""
+    and on a cold `goondan run --input` the first agent waits for the later of them.
+
+    It is forked from this process, not started as a new interpreter: `goondan run` has
+    imported the `goondan` package (asyncio, msgspec, structlog) and nothing else yet (no
+    thread, no event loop, no socket), so the template skips the interpreter's start and those
+    imports. The first `ZygoteLauncher.start` in this process takes it over."""
     global _head_start
     if _head_start is None:
-        _head_start = _spawn_template(bundle)
+        _head_start = _fork_template(bundle)
+
+
+def _fork_template(bundle: str) -> ForkedTemplate:
+    to_child, to_us = os.pipe(), os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the template; never returns into the CLI
+        code = 1
+        try:
+            os.dup2(to_child[0], 0)
+            os.dup2(to_us[1], 1)
+            for fd in (*to_child, *to_us):
+                os.close(fd)
+            code = importlib.import_module("agentproc.zygote").run_template(parent, bundle)
+        except BaseException:  # noqa: BLE001 - report, and never run the CLI's code
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    os.close(to_child[0])
+    os.close(to_us[1])
+    return ForkedTemplate(pid, os.fdopen(to_child[1], "wb", 0), os.fdopen(to_us[0], "rb", 0))
 
 
 def _spawn_template(bundle: str) -> subprocess.Popen[bytes]:
@@ -230,7 +301,7 @@ def _spawn_template(bundle: str) -> subprocess.Popen[bytes]:
     )
 
 
-def _take_head_start() -> subprocess.Popen[bytes] | None:
+def _take_head_start() -> TemplateProcess | None:
     global _head_start
     popen, _head_start = _head_start, None
     if popen is not None and popen.poll() is not None:
@@ -242,7 +313,7 @@ class Template:
     """The template process, driven from the event loop: its stdin for launch lines, its
     stdout for answers (a `subprocess.Popen`, so one started before the loop fits too)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], transport: asyncio.WriteTransport,
+    def __init__(self, popen: TemplateProcess, transport: asyncio.WriteTransport,
                  stdout: asyncio.StreamReader) -> None:  # fmt: skip
         self.popen = popen
         self.pid = popen.pid
@@ -250,7 +321,7 @@ class Template:
         self._stdin = transport
 
     @classmethod
-    async def adopt(cls, popen: subprocess.Popen[bytes]) -> Template:
+    async def adopt(cls, popen: TemplateProcess) -> Template:
         assert popen.stdin is not None and popen.stdout is not None
         loop = asyncio.get_running_loop()
         stdout = asyncio.StreamReader(limit=1 << 20)
