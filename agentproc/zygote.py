@@ -6,9 +6,9 @@ those pages with the template (`reference/ipc-limits.md` §4). Like multiprocess
 template has no event loop, no threads and no ZeroMQ context when it forks.
 
 Protocol (JSON lines): we say `{"ready": PID}` once the runtime is imported, and
-`{"warm": PID, ...}` once rehearsed and frozen (`Warming`). The orchestrator
-writes `{"bundle": PATH, "providers": [...]}` first (again after a reload: we import the
-providers we lack, and load the bundle again when idle), then a line per launch,
+`{"warm": PID, ...}` once rehearsed and frozen (`Warming`). The orchestrator writes first
+`{"bundle": PATH, "providers": [...], "environ": {...}, "openFiles": N}` (again after a
+reload: we import the providers we lack and load the bundle again), then a line per launch,
 `{"id": N, "argv": [...], "credential": "..."}` (the credential reaches the child in memory,
 never in its argv); we answer `{"id": N, "pid": P}` (or `{"id": N, "error": "..."}`) on
 stdout, and `{"exit": P, "code": C}` when a child ends (C is negative for a signal, like
@@ -22,6 +22,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import select
 import signal
 import sys
@@ -136,6 +137,12 @@ class Warming:
         self.fillers: list[object] = []  # alive as long as the template: in the children too
 
     def configure(self, message: dict[str, Any]) -> None:
+        if "environ" in message:  # what the agents inherit: the daemon's, as it is now
+            os.environ.clear()
+            os.environ.update(message["environ"])
+        if "openFiles" in message:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (message["openFiles"], hard))
         preload_providers(message.get("providers", []))
         self.bundle, self.bundle_loaded = message.get("bundle"), False  # (a cache hit if unchanged)
         self.frozen = False

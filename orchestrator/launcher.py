@@ -20,6 +20,7 @@ import importlib
 import itertools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -234,14 +235,22 @@ class ForkedTemplate:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not our child (a process that forked after us)
+                self.returncode = -signal.SIGKILL
+                return self.returncode
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def wait(self) -> int:
         if self.returncode is None:
-            _, status = os.waitpid(self.pid, 0)
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
             self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
@@ -278,6 +287,8 @@ def _fork_template(bundle: str) -> ForkedTemplate:
     if pid == 0:  # the template; never returns into the CLI
         code = 1
         try:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's business
+            os.umask(0o077)  # the daemon's (its agents' files are the owner's alone)
             os.dup2(to_child[0], 0)
             os.dup2(to_us[1], 1)
             for fd in (*to_child, *to_us):
@@ -406,7 +417,14 @@ class ZygoteLauncher:
         self._log.debug("template process ready", pid=process.pid)
 
     def _configuration(self, providers: tuple[str, ...]) -> dict[str, Any]:
-        return {"bundle": str(self.spec.bundle), "providers": list(providers)}
+        # The environment and open-files limit the daemon has now, for its agents to inherit:
+        # a template started early was forked before `goondan run` had set them up.
+        return {
+            "bundle": str(self.spec.bundle),
+            "providers": list(providers),
+            "environ": dict(os.environ),
+            "openFiles": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        }
 
     def set_providers(self, providers: tuple[str, ...]) -> None:
         """A reload changed the bundle's Models: the running template imports the providers it

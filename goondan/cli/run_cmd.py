@@ -11,6 +11,8 @@ from goondan.settings import from_run_args
 
 def run(args: argparse.Namespace) -> int:
     settings = from_run_args(args)
+    if args.log_level:
+        os.environ["GOONDAN_LOG_LEVEL"] = args.log_level  # agent processes inherit it
     if settings.daemon.spawn == "zygote":
         # First, before the imports below: the agent template imports the agent runtime
         # while this process imports the orchestrator and loads the bundle.
@@ -27,8 +29,6 @@ def run(args: argparse.Namespace) -> int:
     from orchestrator.daemon import Daemon
     from orchestrator.lock import AlreadyRunning
 
-    if args.log_level:
-        os.environ["GOONDAN_LOG_LEVEL"] = args.log_level  # agent processes inherit it
     configure_logging(args.log_level)
     try:
         bundle = load_bundle(args.path)
