@@ -324,21 +324,34 @@ class Template:
     """The template process, driven from the event loop: its stdin for launch lines, its
     stdout for answers (a `subprocess.Popen`, so one started before the loop fits too)."""
 
-    def __init__(self, popen: TemplateProcess, transport: asyncio.WriteTransport,
-                 stdout: asyncio.StreamReader) -> None:  # fmt: skip
+    def __init__(
+        self,
+        popen: TemplateProcess,
+        stdin: asyncio.WriteTransport,
+        stdout: asyncio.StreamReader,
+        stdout_pipe: asyncio.ReadTransport,
+    ) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.stdout = stdout
-        self._stdin = transport
+        self._stdin = stdin
+        self._stdout_pipe = stdout_pipe
 
     @classmethod
     async def adopt(cls, popen: TemplateProcess) -> Template:
         assert popen.stdin is not None and popen.stdout is not None
         loop = asyncio.get_running_loop()
         stdout = asyncio.StreamReader(limit=1 << 20)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout)
-        transport, _ = await loop.connect_write_pipe(asyncio.Protocol, popen.stdin)
-        return cls(popen, transport, stdout)
+        pipe, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stdout), popen.stdout
+        )
+        stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, popen.stdin)
+        return cls(popen, stdin, stdout, pipe)
+
+    def close(self) -> None:
+        """Close both pipes (once it has exited, or is being given up on)."""
+        self._stdin.close()
+        self._stdout_pipe.close()
 
     @property
     def returncode(self) -> int | None:
@@ -409,8 +422,10 @@ class ZygoteLauncher:
             first = await process.stdout.readline()
         except BaseException:  # cancelled at shutdown: no template left behind
             process.kill()
+            process.close()
             raise
         if not first:
+            process.close()
             raise OSError("the agent template process exited during start-up")
         self._process = process
         self._tasks.spawn(self._read(process), name="read agent template")
@@ -476,6 +491,7 @@ class ZygoteLauncher:
             process.kill()
         # The template is gone; its children die with it (parent-death signal).
         code = await process.wait()
+        process.close()
         if self._process is process:
             self._process = None
         if self._closing:

@@ -18,23 +18,42 @@ pytestmark = pytest.mark.timeout(60)
 QUICKSTART = Path(__file__).resolve().parents[3] / "configs" / "quickstart"
 
 
+def _spec(tmp_path: Path) -> LaunchSpec:
+    return LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
+
+
 def _has_pydantic(pid: int) -> bool:
+    """Whether the process has the openai SDK's pydantic (a shared object) mapped."""
     return "pydantic_core" in Path(f"/proc/{pid}/maps").read_text()
 
 
-async def test_the_early_template_is_taken_over_and_learns_new_providers(tmp_path: Path) -> None:
-    start_template_early(str(QUICKSTART))
+async def test_the_early_template_is_taken_over_and_forks_agents(tmp_path: Path) -> None:
+    start_template_early(str(QUICKSTART))  # a fork of this process
     early = launcher_module._head_start
     assert early is not None
-    spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
-    launcher = ZygoteLauncher(spec)
+    launcher = ZygoteLauncher(_spec(tmp_path))
     try:
         await launcher.start()
         template = launcher._process
         assert template is not None and template.pid == early.pid  # no second template
         assert launcher_module._head_start is None
         agent = await launcher.launch("assistant", b"k" * 32)  # no orchestrator: it waits
-        assert not _has_pydantic(template.pid)
+        assert f"\nPPid:\t{early.pid}\n" in Path(f"/proc/{agent.pid}/status").read_text()
+        agent.kill()
+        assert await asyncio.wait_for(agent.wait(), 10) == -9
+    finally:
+        await launcher.aclose()
+    assert template.returncode == 0  # EOF on its stdin ended it
+
+
+async def test_a_reloads_new_provider_reaches_the_running_template(tmp_path: Path) -> None:
+    launcher = ZygoteLauncher(_spec(tmp_path))  # a new interpreter: nothing imported yet
+    try:
+        await launcher.start()
+        template = launcher._process
+        assert template is not None
+        agent = await launcher.launch("assistant", b"k" * 32)
+        assert not _has_pydantic(template.pid)  # the quickstart's Models are all scripted
         launcher.set_providers(("openai", "scripted"))
         # The template imports the SDK before its next fork; the first agent lives on.
         second = await launcher.launch("researcher", b"j" * 32)
@@ -45,4 +64,4 @@ async def test_the_early_template_is_taken_over_and_learns_new_providers(tmp_pat
             assert await asyncio.wait_for(child.wait(), 10) == -9
     finally:
         await launcher.aclose()
-    assert template.returncode == 0  # EOF on its stdin ended it
+    assert template.returncode == 0
