@@ -34,7 +34,7 @@ from orchestrator.connections import Connections, swarm_connections, terminal_co
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
-from orchestrator.launcher import ConnectorLauncher, Launcher, LaunchSpec, make_launcher
+from orchestrator.launcher import AgentLauncher, ConnectorLauncher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
 from orchestrator.reload import agent_fingerprints, connection_fingerprints
 from orchestrator.router import InFlight, Requester, Router
@@ -158,7 +158,7 @@ class Daemon:
             self.settings,
             self.bundle.model_providers(),
         )
-        self.launcher: Launcher = make_launcher(self.settings.daemon.spawn, launch_spec)
+        self.launcher: AgentLauncher = make_launcher(self.settings.daemon.spawn, launch_spec)
         connections = swarm_connections(self.bundle, self.swarm)
         # Reloads, control commands, the template's start and the bundle watch; `_shutdown`
         # waits for them. The supervisor, launcher and notifier own theirs.

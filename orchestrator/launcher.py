@@ -84,12 +84,14 @@ class Launcher(Protocol):
 
     async def aclose(self) -> None: ...
 
+
+class AgentLauncher(Launcher, Protocol):
     def set_providers(self, providers: tuple[str, ...]) -> None:
         """The bundle's Models changed (a reload): these are the providers they use now."""
         ...
 
 
-def make_launcher(kind: LauncherKind, spec: LaunchSpec) -> Launcher:
+def make_launcher(kind: LauncherKind, spec: LaunchSpec) -> AgentLauncher:
     if kind == "subprocess":
         return SubprocessLauncher(spec)
     return ZygoteLauncher(spec)
@@ -137,9 +139,6 @@ class ConnectorLauncher:
         self.terminal_owner = terminal_owner
 
     async def start(self) -> None:
-        return None
-
-    def set_providers(self, providers: tuple[str, ...]) -> None:
         return None
 
     async def launch(self, name: str, credential: bytes) -> ChildProcess:
