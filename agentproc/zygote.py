@@ -46,8 +46,8 @@ def preload_providers(providers: list[str]) -> None:
     """Import the providers the bundle's Models use, so that children share their SDKs.
 
     Only those: the `openai` SDK alone takes most of a second to import, which every daemon
-    start would pay for a bundle that never calls it. A provider a reload adds later is
-    imported by each of its agents after the fork (`make_provider` imports lazily)."""
+    start would pay for a bundle that never calls it. After a reload the orchestrator names
+    them again, and the template imports those it lacks before its next fork."""
     for name in providers:
         if name in ("", "scripted"):
             continue
@@ -130,7 +130,7 @@ class Warming:
 
     def __init__(self, bundle: str | None) -> None:
         self.bundle = bundle
-        self.bundle_loaded = True  # before serving: `__main__` loads it
+        self.bundle_loaded = True  # `run_template` loaded it before serving
         self.turns_done = 0
         self.rehearsal_failed = False
         self.frozen = False  # collected, pools filled and frozen since the last change

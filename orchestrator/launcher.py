@@ -321,7 +321,8 @@ def _take_head_start() -> TemplateProcess | None:
 
 class Template:
     """The template process, driven from the event loop: its stdin for launch lines, its
-    stdout for answers (a `subprocess.Popen`, so one started before the loop fits too)."""
+    stdout for answers. Built on a `TemplateProcess` rather than asyncio's subprocess, so the
+    one `goondan run` forked before its loop existed fits too."""
 
     def __init__(
         self,
