@@ -215,6 +215,19 @@ class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     runtime_events_flush_count: Annotated[
         int, msgspec.Meta(ge=1), _doc("a batch of runtime events this long is written at once")
     ] = 256
+    daemon_log_rotate_bytes: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc(
+            "`logs/daemon.log` becomes `daemon.log.1` past this (the older ones shift up)",
+            "run --log-rotate-bytes",
+        ),
+    ] = 10 * MiB
+    daemon_log_files: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc("daemon log files kept: `daemon.log` and the rotated `daemon.log.1`, `.2`, ..."),
+    ] = 5
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -281,7 +294,10 @@ def from_run_args(args: argparse.Namespace) -> Settings:
                 "agent_nice": args.agent_nice,
                 "hang_timeout_s": args.hang_timeout,
             },
-            "storage": {"durability": args.durability},
+            "storage": {
+                "durability": args.durability,
+                "daemon_log_rotate_bytes": args.log_rotate_bytes,
+            },
         }
     )
 

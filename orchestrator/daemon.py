@@ -103,6 +103,8 @@ class Daemon:
         self._reload_lock = asyncio.Lock()
         self._replay_tries: dict[str, int] = {}  # journaled inputs that failed after a restart
         self.notifier = Notifier()
+        # Where children's stdout and stderr go (None: the daemon's stderr); `run --detach`.
+        self.child_output: int | None = None
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -144,7 +146,12 @@ class Daemon:
             limits=self.settings.ipc,
         )
         launch_spec = LaunchSpec(
-            self.bundle.root, self.swarm.name, agents_endpoint, self.paths.root, self.settings
+            self.bundle.root,
+            self.swarm.name,
+            agents_endpoint,
+            self.paths.root,
+            self.settings,
+            output_fd=self.child_output,
         )
         self.launcher: Launcher = make_launcher(self.settings.daemon.spawn, launch_spec)
         connections = swarm_connections(self.bundle, self.swarm)

@@ -41,6 +41,12 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     endpoint: str
     state_root: Path
     settings: Settings  # the agent's nice increment, and what differs from the defaults
+    # The children's stdout and stderr (a detached daemon's log pipe); None: the daemon's stderr.
+    output_fd: int | None = None
+
+    @property
+    def output(self) -> int:
+        return sys.stderr.fileno() if self.output_fd is None else self.output_fd
 
     def argv(self, agent: str, parent_pid: int) -> list[str]:
         return [
@@ -102,8 +108,8 @@ class SubprocessLauncher:
                 "--credential-fd",
                 str(fd),
                 stdin=subprocess.DEVNULL,
-                stdout=sys.stderr.fileno(),  # stdout of the daemon is for answers only
-                stderr=None,
+                stdout=self.spec.output,  # stdout of the daemon is for answers only
+                stderr=self.spec.output_fd,
                 pass_fds=(fd,),
             )
         return process  # asyncio's Process already has pid / wait / terminate / kill
@@ -144,8 +150,8 @@ class ConnectorLauncher:
                 "orchestrator.connector_child",
                 *argv,
                 stdin=None if owns_terminal else subprocess.DEVNULL,
-                stdout=None if owns_terminal else sys.stderr.fileno(),
-                stderr=None,
+                stdout=None if owns_terminal else self.spec.output,
+                stderr=self.spec.output_fd,
                 pass_fds=(fd,),
             )
         return process
@@ -225,7 +231,7 @@ class ZygoteLauncher:
             str(self.spec.bundle),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=None,
+            stderr=self.spec.output_fd,
         )
         assert process.stdout is not None
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -127,17 +128,47 @@ def _restart(client: ControlClient, args: argparse.Namespace) -> int:
 
 
 def _stop(client: ControlClient, paths: StatePaths, args: argparse.Namespace) -> int:
+    """Ask the daemon to stop, and return once its process has exited: its lock released and
+    its pid gone, so a `goondan run` right after finds nothing of it."""
+    pid = _daemon_pid(paths)  # before the daemon removes the file
     reply = client.command("stop")
     if not reply.ok:
         print(f"goondan: {msgspec.json.encode(reply.error).decode()}", file=sys.stderr)
         return EXIT_FAILED
     deadline = time.monotonic() + args.timeout
-    while daemon_running(paths):
+    while daemon_running(paths) or (pid is not None and _alive(pid)):
         if time.monotonic() > deadline:
+            which = f" (pid {pid})" if pid is not None else ""
             print(
-                f"goondan: the orchestrator did not stop within {args.timeout:g}s", file=sys.stderr
+                f"goondan: the orchestrator{which} did not exit within {args.timeout:g}s",
+                file=sys.stderr,
             )
             return EXIT_FAILED
         time.sleep(0.05)
     print("stopped", file=sys.stderr)
     return 0
+
+
+def _daemon_pid(paths: StatePaths) -> int | None:
+    """The running daemon's pid from `run/orchestrator.json`; None when it cannot be read."""
+    try:
+        pid = json.loads(paths.info_file.read_bytes()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs; a zombie (exited, not yet reaped by its parent) has
+    exited."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it exists
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: kill(0) said it exists

@@ -14,6 +14,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan validate ./my-bundle          check a bundle (goondan.yaml) and exit
   goondan run ./my-bundle               run the swarm in the foreground until Ctrl-C
   goondan run ./my-bundle --input "hi"  answer one input, then stop
+  goondan run ./my-bundle --detach      run the swarm in the background (logs: ~/.goondan/logs)
   goondan send "hello"                  ask the running swarm (the reply goes to stdout)
   goondan status                        processes of the running swarm
   goondan restart [--agent NAME]        reload the bundle / restart one agent
@@ -42,11 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "run",
-        help="run the orchestrator in the foreground",
+        help="run the orchestrator (in the foreground, or in the background with --detach)",
         description="Run the orchestrator in the foreground until SIGTERM/SIGINT or "
         "`goondan stop`. "
         "Agent processes start on demand (first input or first delegate to them). "
-        "Logs go to stderr (JSON lines when stderr is not a terminal).",
+        "Logs go to stderr (JSON lines when stderr is not a terminal) and, as JSON lines, "
+        "to <state-root>/logs/daemon.log (rotated). With --detach: in the background. "
+        "Exits 0 once stopped cleanly (with --input: when the answer is ok; the answer goes "
+        "to stdout, on a pipe as on a terminal), 1 when it cannot start (the reason on "
+        "stderr) or the input failed, 2 on a usage error.",
     )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
@@ -55,7 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--swarm", help="swarm to run (default: the one named `default`, or the only one)"
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
-    p.add_argument("--input", help="answer this one input on stdout, then shut down")
+    once = p.add_mutually_exclusive_group()
+    once.add_argument("--input", help="answer this one input on stdout, then shut down")
+    once.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the orchestrator in the background and return once it is ready: prints "
+        "`pid N` and `log PATH` (the same on a pipe and a terminal), exits 0; exits 1 with "
+        "the reason when it cannot start (the bundle's errors, another orchestrator "
+        "running...). Its log is <state-root>/logs/daemon.log; stop it with `goondan stop`",
+    )
     p.add_argument(
         "--transcript",
         action="store_true",
@@ -102,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)"
+    )
+    p.add_argument(
+        "--log-rotate-bytes",
+        type=_positive_int,
+        default=DEFAULTS.storage.daemon_log_rotate_bytes,
+        metavar="BYTES",
+        help="<state-root>/logs/daemon.log becomes daemon.log.1 past this size; "
+        f"{DEFAULTS.storage.daemon_log_files} files are kept (default: %(default)s)",
     )
 
     p = sub.add_parser(
@@ -151,7 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
         "logs",
         help="show runtime events (turns, steps, tool calls)",
         description="Show the runtime events of stored instances: readable on a terminal, "
-        "JSON lines otherwise. Works with or without a running daemon.",
+        "JSON lines otherwise. Works with or without a running daemon. The daemon's own log "
+        "(start, stop, crashes; a detached daemon's agents' output too) is another file: "
+        "<state-root>/logs/daemon.log, JSON lines, rotated to daemon.log.1, .2, ...",
     )
     p.add_argument("--agent", help="only this agent")
     p.add_argument("--instance", help="only this instanceKey")
@@ -174,9 +198,21 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--workdir", action="store_true", help="also delete its tool workdir")
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
 
-    p = sub.add_parser("stop", help="stop the running orchestrator cleanly")
+    p = sub.add_parser(
+        "stop",
+        help="stop the running orchestrator cleanly",
+        description="Ask the running orchestrator to stop (it drains its agents) and wait "
+        "until its process has exited (the pid in run/orchestrator.json). Prints `stopped` on "
+        "stderr, the same on a pipe and a terminal. Exits 0 once it has exited, 1 if it did "
+        "not within --timeout, 2 if no daemon runs.",
+    )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
-    p.add_argument("--timeout", type=_seconds, default=330.0, help="seconds to wait for it to exit")
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=330.0,
+        help="seconds to wait for it to exit (default: %(default)g)",
+    )
     return parser
 
 
@@ -188,6 +224,16 @@ def _seconds(text: str) -> float:
         value = float("nan")
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
     return value
 
 
