@@ -203,6 +203,7 @@ class LogFile:
             self._write(b"".join(chunk))
 
     def _write(self, data: bytes) -> None:
+        start = self._size
         try:
             if self._fd is None:
                 raise OSError("the log file is not open")
@@ -213,6 +214,9 @@ class LogFile:
                 view = view[written:]
         except OSError:
             self._drop(data)
+            if self._fd is not None and self._size > start:  # no torn line for the next to join
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self._fd, start)
             self._close_fd()  # reopened for the next lines: the file may be gone
 
     def _drop(self, data: bytes) -> None:
