@@ -27,6 +27,9 @@ from orchestrator.systemd import Notifier
 # daemon goes on starting). Start-up takes well under a second; a bundle on a slow network
 # file system, longer.
 DETACH_READY_TIMEOUT_S = 120.0
+# `logs/stderr.log` holds a detached daemon's last words only (its log is `daemon.log`); one
+# past this becomes `stderr.log.1` at the next start.
+STDERR_LOG_BYTES = 1024 * 1024
 # What the detached daemon writes on the launcher's pipe, after anything it printed.
 _PID = b"\0pid "
 _READY = b"\0ready"
@@ -211,15 +214,24 @@ class _DetachedNotifier(Notifier):
         if self._told:
             return  # a reload's READY=1
         self._told = True
-        sys.stdout.flush()
-        sys.stderr.flush()
+        with contextlib.suppress(OSError):  # the launcher may have gone (Ctrl-C)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.write(2, _READY + b"\n")
+        # The launcher's pipe is replaced (it sees the end) even when the file cannot be made
+        # (a full disk): a daemon that could start does not fail for its last-words file.
+        try:
+            fd = self._open_stderr_log()
+        except OSError:
+            fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    def _open_stderr_log(self) -> int:
         path = self._paths.stderr_log
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with contextlib.suppress(OSError):
-            if path.stat().st_size > 1024 * 1024:  # only last words: keep it small
+            if path.stat().st_size > STDERR_LOG_BYTES:
                 rotate_files(path, 2)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        os.write(2, _READY + b"\n")
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)  # the last write end of the launcher's pipe: it sees the end
-        os.close(fd)
+        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -224,3 +224,11 @@ def test_the_detached_daemon_outlives_its_terminal(detached, state_root):
     assert sent.returncode == 0, sent.stderr
     assert _cli(state_root, "stop").returncode == 0
     assert os.waitpid(pid, os.WNOHANG)[0] == pid
+
+
+def test_detach_with_an_unusable_state_root_says_why(tmp_path):
+    long_root = tmp_path / ("x" * 110)  # its socket paths pass the 107-byte limit
+    proc = goondan("run", str(QUICKSTART), "--detach", "--state-root", str(long_root))
+    assert proc.returncode == 1
+    assert "longer than 107 bytes" in proc.stderr and "--state-root" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
