@@ -13,6 +13,7 @@ import fcntl
 import json as jsonlib
 import logging
 import os
+import select
 import sys
 import threading
 import time
@@ -34,6 +35,9 @@ QUEUE_BYTES = 4 * 1024 * 1024
 MAX_LINE_BYTES = 64 * 1024
 # The children's pipe holds this much when the daemon reads late (the kernel's default: 64 KiB).
 PIPE_BYTES = 1024 * 1024
+# Lines a child prints outside its log (a traceback, written line by line) that come within
+# this of each other make one record.
+TEXT_GATHER_S = 0.1
 
 
 def _merge_log_context(logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
@@ -284,7 +288,11 @@ class OutputPipe:
 
     def _run(self) -> None:
         partial = b""
+        text: list[str] = []  # lines that are not JSON, held to make one record of them
         while True:
+            if text and not select.select([self._read_fd], [], [], TEXT_GATHER_S)[0]:
+                self._log_file.write(_text_record(text))  # the rest is not coming soon
+                text = []
             try:
                 chunk = os.read(self._read_fd, 65536)
             except OSError:
@@ -293,26 +301,31 @@ class OutputPipe:
                 break
             lines, sep, partial = (partial + chunk).rpartition(b"\n")
             if sep:
-                self._forward(lines.split(b"\n"))
+                self._forward(lines.split(b"\n"), text)
             if len(partial) > MAX_LINE_BYTES:
-                self._forward([partial])
+                self._forward([partial], text)
                 partial = b""
         if partial:
-            self._forward([partial])
+            self._forward([partial], text)
+        if text:
+            self._log_file.write(_text_record(text))
         os.close(self._read_fd)
 
-    def _forward(self, lines: list[bytes]) -> None:
+    def _forward(self, lines: list[bytes], text: list[str]) -> None:
+        """JSON lines go to the file at once; other lines join `text`, which a JSON line
+        (or a pause) closes as one record."""
         out: list[bytes] = []
-        text: list[str] = []
         for line in lines:
             if line.startswith(b"{") and line.endswith(b"}"):
                 if text:
-                    out.append(_record("process output", "warning", text="\n".join(text)))
-                    text = []
+                    out.append(_text_record(text))
+                    text.clear()
                 out.append(line + b"\n")
             elif line.strip():
                 text.append(line.decode(errors="replace"))
-        if text:
-            out.append(_record("process output", "warning", text="\n".join(text)))
         if out:
             self._log_file.write(b"".join(out))
+
+
+def _text_record(lines: list[str]) -> bytes:
+    return _record("process output", "warning", text="\n".join(lines))

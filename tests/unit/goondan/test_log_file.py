@@ -115,7 +115,9 @@ def test_children_output_reaches_the_file_as_json_records(tmp_path):
     log.close()
     got = records(path)
     assert got[0] == {"event": "agent says", "level": "info"}
-    assert got[1]["event"] == "process output" and got[1]["level"] == "warning"
-    assert str(got[1]["text"]).startswith("Traceback (most recent call last):")
-    assert str(got[1]["text"]).endswith("ValueError: the child crashed")
-    assert got[-1]["text"] == "no newline at the end"
+    # The rest is one record when the child prints it without a pause (a loaded machine may
+    # cut it into several, never lose or reorder a line).
+    assert all(r["event"] == "process output" and r["level"] == "warning" for r in got[1:])
+    text = "\n".join(str(r["text"]) for r in got[1:])
+    assert text.startswith("Traceback (most recent call last):\n  File ")
+    assert text.endswith("ValueError: the child crashed\nno newline at the end")
