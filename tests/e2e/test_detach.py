@@ -230,3 +230,17 @@ def test_detach_with_an_unusable_state_root_says_why(tmp_path):
     assert proc.returncode == 1
     assert "longer than 107 bytes" in proc.stderr and "--state-root" in proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_stop_waits_for_a_daemon_that_exits_slowly(detached, state_root):
+    # The log "disk" hangs (a FIFO nobody reads): the daemon serves and stops as usual, but
+    # after it has released its lock it gives its log writer 2 s before it exits.
+    (state_root / "logs").mkdir(mode=0o700)
+    os.mkfifo(state_root / "logs" / "daemon.log")
+    pid = detached()
+    assert _cli(state_root, "send", "hi").returncode == 0
+    started = time.monotonic()
+    stop = _cli(state_root, "stop")
+    assert stop.returncode == 0, stop.stderr
+    assert time.monotonic() - started > 1.5
+    assert os.waitpid(pid, os.WNOHANG)[0] == pid  # it had exited when stop returned
