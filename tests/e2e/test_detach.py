@@ -244,3 +244,13 @@ def test_stop_waits_for_a_daemon_that_exits_slowly(detached, state_root):
     assert stop.returncode == 0, stop.stderr
     assert time.monotonic() - started > 1.5
     assert os.waitpid(pid, os.WNOHANG)[0] == pid  # it had exited when stop returned
+
+
+def test_stop_says_so_when_the_daemon_outlives_its_timeout(detached, state_root):
+    (state_root / "logs").mkdir(mode=0o700)
+    os.mkfifo(state_root / "logs" / "daemon.log")  # as above: it exits 2 s after its lock
+    pid = detached()
+    stop = _cli(state_root, "stop", "--timeout", "0.5")
+    assert stop.returncode == 1
+    assert f"the orchestrator (pid {pid}) did not exit within 0.5s" in stop.stderr
+    wait_for(lambda: os.waitpid(pid, os.WNOHANG)[0] == pid, timeout=10)  # it does, later
