@@ -11,6 +11,7 @@ from goondan.settings import DEFAULTS
 DESCRIPTION = """\
 Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ between them.
 
+  goondan init ./my-bundle              write a starter bundle (--list: the templates)
   goondan validate ./my-bundle          check a bundle (goondan.yaml) and exit
   goondan run ./my-bundle               run the swarm in the foreground until Ctrl-C
   goondan run ./my-bundle --input "hi"  answer one input, then stop
@@ -33,6 +34,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("-V", "--version", action="version", version=f"goondan {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "init",
+        help="write a starter bundle from a template",
+        description="Write a bundle that validates and runs at once into DIR, from a template "
+        "shipped with goondan. Nothing is overwritten: if any file it would write exists, it "
+        "writes nothing. Prints the files written and the commands to try next (the same on a "
+        "pipe and a terminal); --list prints each template's name and a one-line description. "
+        "Exits 0 when written, 1 when nothing was written (a file is in the way, or cannot be "
+        "written), 2 on a usage error such as an unknown template (the list goes to stderr).",
+    )
+    p.add_argument(
+        "dir",
+        nargs="?",
+        default=".",
+        help="directory to write into, created if needed (default: .)",
+    )
+    p.add_argument(
+        "-t", "--template", metavar="NAME", help="the template (default: quickstart; see --list)"
+    )
+    p.add_argument("--list", action="store_true", help="list the templates and exit")
 
     p = sub.add_parser("validate", help="check a bundle and report every problem")
     p.add_argument(
@@ -210,6 +232,10 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "init":
+        from goondan.cli.init_cmd import run_init
+
+        return run_init(args.dir, args.template, args.list)
     if args.command == "validate":
         from goondan.cli.validate_cmd import run_validate
 
