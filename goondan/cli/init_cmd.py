@@ -88,7 +88,11 @@ def run_init(
         print(f"goondan init: unknown template {name!r}; the templates are:", file=err)
         print_templates(err, indent="  ")
         return 2
-    files = template_files(name)
+    try:
+        files = template_files(name)
+    except OSError as exc:  # an installation without its package data
+        print(f"goondan init: the {name} template cannot be read: {exc}", file=err)
+        return 1
     root = Path(directory)
     if root.exists() and not root.is_dir():
         print(f"goondan init: {directory} exists and is not a directory", file=err)
@@ -142,9 +146,10 @@ def template_files(name: str) -> dict[str, bytes]:
             else:
                 found[str(prefix / target)] = child.read_bytes()
 
-    walk(files("goondan") / "templates" / name, PurePosixPath())
-    if not found:
-        raise RuntimeError(f"the {name} template has no files: is goondan installed completely?")
+    source = files("goondan") / "templates" / name
+    walk(source, PurePosixPath())
+    if "goondan.yaml" not in found:
+        raise FileNotFoundError(f"no goondan.yaml in {source}: is goondan installed completely?")
     return dict(sorted(found.items()))
 
 
