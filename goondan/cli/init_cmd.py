@@ -76,9 +76,11 @@ def run_init(
     directory: str,
     template: str | None,
     list_only: bool,
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
     if list_only:
         print_templates(out, indent="")
         return 0
@@ -112,7 +114,8 @@ def run_init(
         print(f"goondan init: nothing written: {exc.strerror or exc}{where}", file=err)
         return 1
     shown = shlex.quote(directory)
-    print(f"Wrote the {name} template to {directory}:", file=out)
+    place = "the current directory" if root == Path() else directory
+    print(f"Wrote the {name} template to {place}:", file=out)
     for rel in files:
         print(f"  {root / rel}", file=out)
     print("\nNext:", file=out)
