@@ -21,6 +21,7 @@ import msgspec
 import structlog
 
 from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
+from goondan.envfiles import EnvFileError, EnvFiles, EnvLayer
 from goondan.hardening import forbid_inspection
 from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
 from goondan.settings import DEFAULTS, Settings
@@ -77,8 +78,10 @@ class Daemon:
         paths: StatePaths,
         settings: Settings = DEFAULTS,
         watch: bool = False,
+        env_files: EnvFiles | None = None,
     ) -> None:
         self.bundle = bundle
+        self.env_files = env_files  # read again by a reload
         self.swarm = bundle.select_swarm(swarm_name)
         self.paths = paths
         self.agent_names = list(bundle.swarm_agents(self.swarm))
@@ -395,14 +398,19 @@ class Daemon:
         try:
             # Off the loop: reading and validating files takes as long as the disk does, and
             # the swarm keeps routing meanwhile.
-            bundle, swarm, prints = await asyncio.to_thread(self._load, self.swarm.name)
-        except BundleInvalid as exc:
+            bundle, swarm, prints, env = await asyncio.to_thread(self._load, self.swarm.name)
+        except (BundleInvalid, EnvFileError) as exc:
             errors = [e.render() for e in exc.errors]
             self._log.error("reload refused: the bundle does not validate", errors=errors)
             return wire.Reloaded(False, [], [], [], errors)
         except (LookupError, OSError) as exc:
             self._log.error("reload refused", error=str(exc))
             return wire.Reloaded(False, [], [], [], [str(exc)])
+        # Every process inherits the environment: new env-file values restart them all.
+        env_changed = self.env_files.apply(env) if self.env_files and env else []
+        if env_changed:
+            self._log.info("env files changed", names=env_changed)  # never the values
+        restart_all = restart_all or bool(env_changed)
         old = self._fingerprints
         added = [n for n in prints if n not in old]
         removed = [n for n in old if n not in prints]
@@ -428,11 +436,12 @@ class Daemon:
         self._log.info("bundle reloaded", restarted=changed, added=added, removed=removed)
         return result
 
-    def _load(self, swarm_name: str) -> tuple[Bundle, Resource, dict[str, str]]:
-        """The bundle as it is on disk now, its swarm and their fingerprints."""
+    def _load(self, swarm_name: str) -> tuple[Bundle, Resource, dict[str, str], EnvLayer | None]:
+        """The bundle as it is on disk now, its swarm, their fingerprints and the env files."""
+        env = self.env_files.read() if self.env_files else None
         bundle = load_bundle(self.bundle.root)
         swarm = bundle.select_swarm(swarm_name)
-        return bundle, swarm, self._fingerprint(bundle, swarm)
+        return bundle, swarm, self._fingerprint(bundle, swarm), env
 
     @staticmethod
     def _fingerprint(bundle: Bundle, swarm: Resource) -> dict[str, str]:

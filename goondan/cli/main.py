@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
     )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    _env_file_argument(p)
 
     p = sub.add_parser(
         "run",
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
     p.add_argument("--input", help="answer this one input on stdout, then shut down")
+    _env_file_argument(p)
     p.add_argument(
         "--transcript",
         action="store_true",
@@ -202,6 +204,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _env_file_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--env-file",
+        action="append",
+        metavar="FILE",
+        help="read environment variables from FILE (repeatable; a later file wins); "
+        "<bundle dir>/.env and .env.local are always read; the process environment wins "
+        "over every file",
+    )
+
+
 def _seconds(text: str) -> float:
     """A time limit: a positive, finite number of seconds."""
     try:
@@ -239,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "validate":
         from goondan.cli.validate_cmd import run_validate
 
-        return run_validate(args.path, args.format, sys.stdout)
+        return run_validate(args.path, args.format, sys.stdout, args.env_file or ())
     if args.command == "run":
         from goondan.cli.run_cmd import run
 

@@ -6,11 +6,13 @@ import argparse
 import os
 import sys
 
+import structlog
 import uvloop
 
 from goondan.bundle import BundleInvalid, load_bundle
 from goondan.cli.daemon_cmds import LiveView
 from goondan.cli.transcript import render_transcript
+from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.logs import configure_logging
 from goondan.paths import StatePaths
 from goondan.settings import from_run_args
@@ -20,9 +22,22 @@ from orchestrator.lock import AlreadyRunning
 
 
 def run(args: argparse.Namespace) -> int:
+    # First: the files may set GOONDAN_STATE_ROOT or GOONDAN_LOG_LEVEL (flags still win).
+    env_files = EnvFiles(args.path, args.env_file or ())
+    try:
+        env_files.load()
+    except EnvFileError as exc:
+        for error in exc.errors:
+            print(error.render(), file=sys.stderr)
+        print("goondan: the env files have problems; nothing was started", file=sys.stderr)
+        return 1
     if args.log_level:
         os.environ["GOONDAN_LOG_LEVEL"] = args.log_level  # agent processes inherit it
     configure_logging(args.log_level)
+    if env_files.layer.files:  # names and files only: values never reach the logs
+        structlog.get_logger().info(
+            "env files loaded", files=list(env_files.layer.files), names=sorted(env_files.applied)
+        )
     try:
         bundle = load_bundle(args.path)
         daemon = Daemon(
@@ -31,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
             StatePaths.at(args.state_root),
             from_run_args(args),
             watch=args.watch,
+            env_files=env_files,
         )
     except BundleInvalid as exc:
         for error in exc.errors:
