@@ -21,6 +21,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan stop                          stop the running swarm cleanly
   goondan logs [-f] [--trace ID]        turns, steps and tool calls as they happen
   goondan instance list|delete KEY      stored conversations
+  goondan doctor [./my-bundle]          check everything `run` needs, one line per check
 """
 
 STATE_ROOT_HELP = "state directory (default: $GOONDAN_STATE_ROOT, else ~/.goondan)"
@@ -198,6 +199,39 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--workdir", action="store_true", help="also delete its tool workdir")
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
 
+    p = sub.add_parser(
+        "doctor",
+        help="check the installation, state root, bundle, env vars, endpoints and ports",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Check what `goondan run` needs and print one line per check: ok, warn or fail,
+what was checked, and how to fix it. Checks: Python and dependency versions, the
+state root (owner, permissions, free space, a stale lock, a running daemon), the
+bundle, every environment variable it reads (set or not, and from where: never
+the value), each model endpoint (which one and why, reachable), connector ports
+(free), and systemd hints. Env files are read as `goondan run` reads them.
+
+Without --online nothing is sent to an endpoint but a TCP connect: no credentials
+leave the machine. With --online, one authenticated call lists its models.
+
+Output: aligned text on a terminal (coloured), the same text uncoloured on a pipe,
+JSON with --json.
+Exit codes: 0 when no check failed (warnings do not fail), 1 when one did,
+2 for a usage error.""",
+    )
+    p.add_argument(
+        "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
+    )
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+    p.add_argument(
+        "--online",
+        action="store_true",
+        help="also make one cheap authenticated call per model endpoint (lists its models) "
+        "to check that the API key is accepted",
+    )
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    _env_file_argument(p)
+
     p = sub.add_parser("stop", help="stop the running orchestrator cleanly")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
     p.add_argument("--timeout", type=_seconds, default=330.0, help="seconds to wait for it to exit")
@@ -257,6 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from goondan.cli.run_cmd import run
 
         return run(args)
+    if args.command == "doctor":
+        from goondan.cli.doctor_cmd import run_doctor
+
+        return run_doctor(args)
     if args.command == "logs":
         from goondan.cli.logs_cmd import run_logs
 
