@@ -264,3 +264,18 @@ def test_a_fallback_endpoint_is_checked_too(tmp_path, state_root):
     failed = lines(proc, "fail")
     assert any("fallbacks[0]" in line and dead in line for line in failed), proc.stdout
     assert any(f"uses {url}" in line for line in lines(proc, "ok")), proc.stdout
+
+
+def test_a_dependency_below_its_lower_bound_fails(tmp_path, state_root):
+    # An older pyzmq's metadata first on the path: what `pip install pyzmq==25.0` would leave.
+    info = tmp_path / "site" / "pyzmq-25.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pyzmq\nVersion: 25.0\n")
+
+    proc = doctor(
+        str(QUICKSTART), state_root=state_root, env={"PYTHONPATH": str(tmp_path / "site")}
+    )
+
+    assert proc.returncode == 1
+    assert any("pyzmq 25.0 is older than 26.0" in line for line in lines(proc, "fail"))
+    assert "pip install -U 'pyzmq>=26.0'" in proc.stdout
