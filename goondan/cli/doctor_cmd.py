@@ -43,8 +43,16 @@ def run_doctor(args: argparse.Namespace) -> int:
         fix = "fix the line (NAME=value), or the --env-file path"
         checks += [fail("env", error.render().split("\n")[0], fix) for error in exc.errors]
     paths = StatePaths.at(args.state_root)
-    running = daemon_running(paths) if paths.lock_file.exists() else False
-    checks += check_state_root(paths)
+    try:
+        running = daemon_running(paths)
+    except OSError:  # reported by the state-root checks
+        running = False
+    try:
+        checks += check_state_root(paths)
+    except OSError as exc:  # e.g. a state root of another user's, not even searchable
+        where = exc.filename or paths.root
+        fix = "use a state root of your own (--state-root DIR or $GOONDAN_STATE_ROOT)"
+        checks.append(fail("state root", f"{where}: {exc.strerror or exc}", fix))
     bundle_checks, bundle = _check_bundle(args.path)
     checks += bundle_checks
     if bundle is not None:
