@@ -57,7 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--list", action="store_true", help="list the templates and exit")
 
-    p = sub.add_parser("validate", help="check a bundle and report every problem")
+    p = sub.add_parser(
+        "validate",
+        help="check a bundle and report every problem",
+        description="Load the bundle and its env files (.env, .env.local, --env-file) and "
+        "print every problem with its file and line, then a verdict line; the same text on a "
+        "terminal and on a pipe, JSON with --format json. Exit codes: 0 valid, 1 problems "
+        "found, 2 usage error.",
+    )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
     )
@@ -70,7 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the orchestrator in the foreground until SIGTERM/SIGINT or "
         "`goondan stop`. "
         "Agent processes start on demand (first input or first delegate to them). "
-        "Logs go to stderr (JSON lines when stderr is not a terminal).",
+        "Logs go to stderr (JSON lines when stderr is not a terminal). "
+        "Env files: <bundle dir>/.env, .env.local and --env-file, under the process "
+        "environment. Exit codes: 0 stopped cleanly (with --input: answered), 1 could not "
+        "start or the --input turn failed, 2 usage error.",
     )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
