@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from goondan.settings import DEFAULTS
@@ -20,11 +23,35 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan restart [--agent NAME]        reload the bundle / restart one agent
   goondan stop                          stop the running swarm cleanly
   goondan logs [-f] [--trace ID]        turns, steps and tool calls as they happen
-  goondan instance list|delete KEY      stored conversations
+  goondan instance list|show|delete     stored conversations
   goondan doctor [./my-bundle]          check everything `run` needs, one line per check
+
+Every command's --help says what it prints on a terminal and on a pipe, and its exit codes.
+Ctrl-C ends any command with exit 130 (`logs -f`: 0).
 """
 
 STATE_ROOT_HELP = "state directory (default: $GOONDAN_STATE_ROOT, else ~/.goondan)"
+EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by SIGINT (128 + 2)
+# The end of a client command's --help: what its exit codes mean.
+EXITS_CLIENT = "exit: 0 done, 1 failed, 2 no orchestrator running or bad usage, 130 Ctrl-C"
+CONFIRM_HELP = "do not ask before deleting (on a terminal it asks; elsewhere it never does)"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Wraps each line of a description or epilog on its own: long descriptions still flow,
+    and the `prints:` / `exit:` lines of an epilog stay lines (continued under a hanging
+    indent)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            textwrap.fill(
+                line,
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent + ("  " if line.startswith(("prints:", "exit:")) else ""),
+            )
+            for line in text.splitlines()
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,10 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="write a starter bundle from a template",
         description="Write a bundle that validates and runs at once into DIR, from a template "
         "shipped with goondan. Nothing is overwritten: if any file it would write exists, it "
-        "writes nothing. Prints the files written and the commands to try next (the same on a "
-        "pipe and a terminal); --list prints each template's name and a one-line description. "
-        "Exits 0 when written, 1 when nothing was written (a file is in the way, or cannot be "
-        "written), 2 on a usage error such as an unknown template (the list goes to stderr).",
+        "writes nothing. --list prints each template's name and a one-line description.",
+        formatter_class=HelpFormatter,
+        epilog="prints: the files written and the commands to try next, the same on a terminal "
+        "and on a pipe\n"
+        "exit: 0 written, 1 nothing written (a file is in the way, or cannot be written), "
+        "2 bad usage, such as an unknown template (the list goes to stderr)",
     )
     p.add_argument(
         "dir",
@@ -61,9 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         "validate",
         help="check a bundle and report every problem",
         description="Load the bundle and its env files (.env, .env.local, --env-file) and "
-        "print every problem with its file and line, then a verdict line; the same text on a "
-        "terminal and on a pipe, JSON with --format json. Exit codes: 0 valid, 1 problems "
-        "found, 2 usage error.",
+        "report every problem.",
+        formatter_class=HelpFormatter,
+        epilog="prints: each problem with its file:line, then the verdict; the same text on a "
+        "terminal and on a pipe (--format json: one JSON report)\n"
+        "exit: 0 valid, 1 not valid, 2 bad usage",
     )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
@@ -79,8 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         "Agent processes start on demand (first input or first delegate to them). "
         "Logs go to stderr (JSON lines when stderr is not a terminal). "
         "Env files: <bundle dir>/.env, .env.local and --env-file, under the process "
-        "environment. Exit codes: 0 stopped cleanly (with --input: answered), 1 could not "
-        "start or the --input turn failed, 2 usage error.",
+        "environment.",
+        formatter_class=HelpFormatter,
+        epilog="prints: logs on stderr, readable on a terminal, JSON lines elsewhere; with "
+        "--input the answer on stdout (streamed as it is written when stdout is a terminal)\n"
+        "exit: 0 stopped cleanly (--input: answered), 1 could not start (--input: the request "
+        "failed), 2 bad usage",
     )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
@@ -142,10 +177,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "send",
         help="send text to the running swarm and print the reply",
-        description="Deliver TEXT to an agent of the running swarm (default: its entry agent) "
-        "and print the reply on stdout. Exits 1 if the request fails, 2 if no daemon runs.",
+        description="Deliver an input to an agent of the running swarm (default: its entry "
+        "agent) and print the reply on stdout. The input is TEXT, stdin (TEXT '-') or a file "
+        "(--input-file), up to the 64 MiB message limit.",
+        formatter_class=HelpFormatter,
+        epilog="prints: the reply on stdout; on a terminal it appears as a streaming model "
+        "writes it, with tool progress on stderr (--stream); on a pipe, the whole reply once\n"
+        "exit: 0 answered, 1 the request failed (the error on stderr), 2 no orchestrator "
+        "running or bad usage, 130 Ctrl-C",
     )
-    p.add_argument("text", help="the input for the agent; '-' reads it from stdin")
+    p.add_argument("text", nargs="?", help="the input for the agent; '-' reads it from stdin")
+    p.add_argument(
+        "--input-file",
+        metavar="FILE",
+        help="read the input from FILE (UTF-8; '-' is stdin) instead of TEXT",
+    )
     p.add_argument("--agent", help="agent to ask (default: the swarm's entry agent)")
     p.add_argument(
         "--instance", default="cli", help="conversation (instanceKey) to use (default: cli)"
@@ -165,8 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
-    p = sub.add_parser("status", help="show the orchestrator and its processes")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser(
+        "status",
+        help="show the orchestrator and its processes",
+        formatter_class=HelpFormatter,
+        epilog="prints: a table on a terminal; one line of JSON when stdout is not a terminal "
+        "(--json: JSON on a terminal too, indented)\n" + EXITS_CLIENT,
+    )
+    p.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser(
@@ -175,18 +227,29 @@ def build_parser() -> argparse.ArgumentParser:
         description="Without --agent: reload the bundle (like SIGHUP) and restart only the "
         "agents whose resources changed; a bundle that does not validate is refused and the "
         "swarm keeps running as it was. With --agent: drain and restart that agent.",
+        formatter_class=HelpFormatter,
+        epilog="prints: one line saying what was restarted, the same on a terminal and on a "
+        "pipe. --fresh asks first when stdin and stderr are terminals; elsewhere (scripts) it "
+        "deletes without asking\n"
+        "exit: 0 done, 1 refused or failed (or answered no), 2 no orchestrator running or bad "
+        "usage, 130 Ctrl-C",
     )
     p.add_argument("--agent", help="restart only this agent")
     p.add_argument(
         "--fresh", action="store_true", help="with --agent: also delete its conversations"
     )
+    p.add_argument("-y", "--yes", action="store_true", help=CONFIRM_HELP)
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser(
         "logs",
         help="show runtime events (turns, steps, tool calls)",
-        description="Show the runtime events of stored instances: readable on a terminal, "
-        "JSON lines otherwise. Works with or without a running daemon.",
+        description="Show the runtime events of stored instances. Works with or without a "
+        "running daemon.",
+        formatter_class=HelpFormatter,
+        epilog="prints: one readable line per event on a terminal; JSON lines when stdout is "
+        "not a terminal (--json: JSON lines on a terminal too). Piping into `head` is fine\n"
+        "exit: 0 done (Ctrl-C ends -f with 0 too), 1 no runtime events stored, 2 bad usage",
     )
     p.add_argument("--agent", help="only this agent")
     p.add_argument("--instance", help="only this instanceKey")
@@ -196,38 +259,65 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON lines even on a terminal")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
-    p = sub.add_parser("instance", help="list or delete stored conversations")
+    p = sub.add_parser("instance", help="list, show or delete stored conversations")
     inst = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    q = inst.add_parser("list", help="stored instances: swarm, key, agents, messages")
-    q.add_argument("--json", action="store_true", help="print JSON")
+    q = inst.add_parser(
+        "list",
+        help="stored instances: swarm, key, agents, messages",
+        formatter_class=HelpFormatter,
+        epilog="prints: a table on a terminal; one line of JSON when stdout is not a terminal "
+        "(--json: JSON on a terminal too)\n"
+        "exit: 0 done (also when none is stored), 2 bad usage",
+    )
+    q.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
     q = inst.add_parser(
-        "delete", help="delete an instance's conversations (a running daemon drops it first)"
+        "show",
+        help="print a stored conversation: messages, tool calls and results",
+        description="Print the conversation of instance KEY, agent by agent: each message's "
+        "role and text, the tool calls (name and arguments) and their results. Long contents "
+        "are cut (--full shows them whole). Works with or without a running daemon.",
+        formatter_class=HelpFormatter,
+        epilog="prints: the same readable text on a terminal and on a pipe (--json: the "
+        "messages as JSON, complete)\n"
+        "exit: 0 done, 1 no such instance (or agent) stored, 2 bad usage",
+    )
+    q.add_argument("key", help="the instanceKey")
+    q.add_argument("--agent", help="only this agent's conversation")
+    q.add_argument("--swarm", help="only in this swarm")
+    q.add_argument("--full", action="store_true", help="do not cut long contents")
+    q.add_argument("--json", action="store_true", help="print the messages as JSON")
+    q.add_argument("--state-root", help=STATE_ROOT_HELP)
+    q = inst.add_parser(
+        "delete",
+        help="delete an instance's conversations (a running daemon drops it first)",
+        formatter_class=HelpFormatter,
+        epilog="prints: one `deleted SWARM/KEY` line per instance deleted. Asks first when "
+        "stdin and stderr are terminals; elsewhere (scripts) it deletes without asking\n"
+        "exit: 0 deleted, 1 nothing stored under that key, or answered no, 2 bad usage, "
+        "130 Ctrl-C",
     )
     q.add_argument("key", help="the instanceKey")
     q.add_argument("--swarm", help="only in this swarm")
     q.add_argument("--workdir", action="store_true", help="also delete its tool workdir")
+    q.add_argument("-y", "--yes", action="store_true", help=CONFIRM_HELP)
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser(
         "doctor",
         help="check the installation, state root, bundle, env vars, endpoints and ports",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="""\
-Check what `goondan run` needs and print one line per check: ok, warn or fail,
-what was checked, and how to fix it. Checks: Python and dependency versions, the
-state root (owner, permissions, free space, a stale lock, a running daemon), the
-bundle, every environment variable it reads (set or not, and from where: never
-the value), each model endpoint (which one and why, reachable), connector ports
-(free), and systemd hints. Env files are read as `goondan run` reads them.
-
-Without --online nothing is sent to an endpoint but a TCP connect: no credentials
-leave the machine. With --online, one authenticated call lists its models.
-
-Output: aligned text on a terminal (coloured), the same text uncoloured on a pipe,
-JSON with --json.
-Exit codes: 0 when no check failed (warnings do not fail), 1 when one did,
-2 for a usage error.""",
+        description="Check what `goondan run` needs, one line per check: ok, warn or fail, "
+        "what was checked, and how to fix it. Checks: Python and dependency versions, the "
+        "state root (owner, permissions, free space, a stale lock, a running daemon), the "
+        "bundle, every environment variable it reads (set or not, and from where: never the "
+        "value), each model endpoint (which one and why, reachable), connector ports (free), "
+        "and systemd hints. Env files are read as `goondan run` reads them. Without --online "
+        "nothing is sent to an endpoint but a TCP connect: no credentials leave the machine; "
+        "with --online, one authenticated call lists its models.",
+        formatter_class=HelpFormatter,
+        epilog="prints: aligned text, coloured on a terminal and plain on a pipe (--json: "
+        "the checks as JSON)\n"
+        "exit: 0 no check failed (warnings do not fail), 1 a check failed, 2 bad usage",
     )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
@@ -242,7 +332,14 @@ Exit codes: 0 when no check failed (warnings do not fail), 1 when one did,
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
     _env_file_argument(p)
 
-    p = sub.add_parser("stop", help="stop the running orchestrator cleanly")
+    p = sub.add_parser(
+        "stop",
+        help="stop the running orchestrator cleanly",
+        formatter_class=HelpFormatter,
+        epilog="prints: `stopped` on stderr once it has stopped, the same on a terminal and on a "
+        "pipe\n"
+        "exit: 0 stopped, 1 it did not stop in time, 2 no orchestrator running or bad usage",
+    )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
     p.add_argument("--timeout", type=_seconds, default=330.0, help="seconds to wait for it to exit")
     return parser
@@ -288,7 +385,31 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The command line, with the endings of a shell tool: a reader that stops reading (`|
+    head`) ends it quietly, Ctrl-C ends it with exit 130; neither prints a traceback."""
+    try:
+        try:
+            return _run_command(argv)
+        finally:
+            # Here, where a closed pipe is caught, not at the interpreter's exit (also after
+            # `--help` or a usage error, which argparse ends with SystemExit).
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's "Note on SIGPIPE": stdout is pointed at /dev/null, so the flush at exit
+        # does not fail (and print) again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+    except KeyboardInterrupt:
+        # A second Ctrl-C from here on would raise in the middle of the exit.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return EXIT_INTERRUPTED
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "init":
         from goondan.cli.init_cmd import run_init
 
@@ -313,8 +434,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from goondan.cli.instance_cmd import run_instance
 
         return run_instance(args)
-    if args.command == "send" and args.text == "-":
-        args.text = sys.stdin.read()  # input of any size (one argument is at most 128 KiB)
+    if args.command == "send" and (args.text is None) == (args.input_file is None):
+        print(
+            "goondan send: give one input: TEXT, '-' (stdin) or --input-file FILE", file=sys.stderr
+        )
+        return 2
     from goondan.cli import daemon_cmds
 
     return daemon_cmds.dispatch(args)
