@@ -112,8 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Env files: <bundle dir>/.env, .env.local and --env-file, under the process "
         "environment.",
         formatter_class=HelpFormatter,
-        epilog="prints: logs on stderr, readable on a terminal, JSON lines elsewhere; with "
-        "--input the answer on stdout (streamed as it is written when stdout is a terminal)\n"
+        epilog="prints: logs on stderr, readable on a terminal, JSON lines on a pipe or file; "
+        "with --input the answer on stdout (on a terminal, streamed as it is written)\n"
         "exit: 0 stopped cleanly (--input: answered), 1 could not start (--input: the request "
         "failed), 2 bad usage",
     )
@@ -215,8 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="show the orchestrator and its processes",
         formatter_class=HelpFormatter,
-        epilog="prints: a table on a terminal; one line of JSON when stdout is not a terminal "
-        "(--json: JSON on a terminal too, indented)\n" + EXITS_CLIENT,
+        epilog="prints: a table on a terminal; one line of JSON on a pipe or file (--json: "
+        "JSON on a terminal too, indented)\n" + EXITS_CLIENT,
     )
     p.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
@@ -247,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show the runtime events of stored instances. Works with or without a "
         "running daemon.",
         formatter_class=HelpFormatter,
-        epilog="prints: one readable line per event on a terminal; JSON lines when stdout is "
-        "not a terminal (--json: JSON lines on a terminal too). Piping into `head` is fine\n"
+        epilog="prints: one readable line per event on a terminal; JSON lines on a pipe or "
+        "file (--json: JSON lines on a terminal too). Piping into `head` is fine\n"
         "exit: 0 done (Ctrl-C ends -f with 0 too), 1 no runtime events stored, 2 bad usage",
     )
     p.add_argument("--agent", help="only this agent")
@@ -265,8 +265,8 @@ def build_parser() -> argparse.ArgumentParser:
         "list",
         help="stored instances: swarm, key, agents, messages",
         formatter_class=HelpFormatter,
-        epilog="prints: a table on a terminal; one line of JSON when stdout is not a terminal "
-        "(--json: JSON on a terminal too)\n"
+        epilog="prints: a table on a terminal; one line of JSON on a pipe or file (--json: "
+        "JSON on a terminal too)\n"
         "exit: 0 done (also when none is stored), 2 bad usage",
     )
     q.add_argument("--json", action="store_true", help="print JSON even on a terminal")
@@ -292,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         "delete",
         help="delete an instance's conversations (a running daemon drops it first)",
         formatter_class=HelpFormatter,
-        epilog="prints: one `deleted SWARM/KEY` line per instance deleted. Asks first when "
-        "stdin and stderr are terminals; elsewhere (scripts) it deletes without asking\n"
+        epilog="prints: one `deleted SWARM/KEY` line per instance deleted, on a terminal and on "
+        "a pipe. Asks first when stdin and stderr are terminals; elsewhere (scripts) it "
+        "deletes without asking\n"
         "exit: 0 deleted, 1 nothing stored under that key, or answered no, 2 bad usage, "
         "130 Ctrl-C",
     )
