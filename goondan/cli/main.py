@@ -27,13 +27,11 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan doctor [./my-bundle]          check everything `run` needs, one line per check
 
 Every command's --help says what it prints on a terminal and on a pipe, and its exit codes.
-Ctrl-C ends any command with exit 130 (`logs -f`: 0).
+Ctrl-C ends a command with exit 130 (`run` stops the swarm cleanly; `logs -f` exits 0).
 """
 
 STATE_ROOT_HELP = "state directory (default: $GOONDAN_STATE_ROOT, else ~/.goondan)"
 EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by SIGINT (128 + 2)
-# The end of a client command's --help: what its exit codes mean.
-EXITS_CLIENT = "exit: 0 done, 1 failed, 2 no orchestrator running or bad usage, 130 Ctrl-C"
 CONFIRM_HELP = "do not ask before deleting (on a terminal it asks; elsewhere it never does)"
 
 
@@ -216,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="show the orchestrator and its processes",
         formatter_class=HelpFormatter,
         epilog="prints: a table on a terminal; one line of JSON on a pipe or file (--json: "
-        "JSON on a terminal too, indented)\n" + EXITS_CLIENT,
+        "JSON on a terminal too, indented)\n"
+        "exit: 0 done, 1 failed, 2 no orchestrator running or bad usage, 130 Ctrl-C",
     )
     p.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
