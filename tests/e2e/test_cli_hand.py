@@ -227,9 +227,9 @@ def tmux(tmp_path: Path):
             capture_output=True,
             text=True,
             env=env,
-            timeout=10,
+            timeout=30,
         )
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 0, (args, done.stderr)
         return done.stdout
 
     yield run
@@ -251,7 +251,10 @@ def test_ctrl_c_typed_into_an_interactive_send(
     def dead() -> bool:
         return tmux("display-message", "-p", "-t", "t", "#{pane_dead}").strip() == "1"
 
-    wait_for(dead, timeout=20)
+    try:
+        wait_for(dead, timeout=30)
+    except AssertionError:
+        raise AssertionError(tmux("capture-pane", "-p", "-t", "t", "-S", "-100")) from None
     status = tmux("display-message", "-p", "-t", "t", "#{pane_dead_status}").strip()
     screen = tmux("capture-pane", "-p", "-t", "t", "-S", "-100")
     assert status == "130", screen
