@@ -87,18 +87,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "validate",
         help="check a bundle and report every problem",
-        description="Load the bundle and its env files (.env, .env.local, --env-file) and "
-        "report every problem.",
+        description="Load the bundle and its env files (.env, .env.local, --env-file), then "
+        "import its Python entries (tools, extensions, connectors) in a throwaway process with "
+        "a time limit, and report every problem with its file:line: syntax and import errors, "
+        "Tool exports without a handler, Extensions without `register`, Connectors without "
+        "`main`; a handler no export declares is a warning.",
         formatter_class=HelpFormatter,
         epilog="prints: each problem with its file:line, then the verdict; the same text on a "
-        "terminal and on a pipe (--format json: one JSON report)\n"
-        "exit: 0 valid, 1 not valid, 2 bad usage",
+        "terminal and on a pipe (--format json: {valid, errors, warnings})\n"
+        "exit: 0 valid (warnings allowed), 1 not valid, 2 bad usage",
     )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
     )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
     _env_file_argument(p)
+    p.add_argument(
+        "--no-import",
+        dest="deep",
+        action="store_false",
+        help="check the YAML and the files only: do not import the Python entries",
+    )
+    p.add_argument(
+        "--import-timeout",
+        type=_seconds,
+        default=DEFAULTS.daemon.import_timeout_s,
+        metavar="SECONDS",
+        help="time limit for importing all entries (default: %(default)g)",
+    )
 
     p = sub.add_parser(
         "run",
@@ -158,6 +174,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="kill and respawn an agent whose event loop sent no heartbeat for this long "
         "(default: %(default)g)",
+    )
+    p.add_argument(
+        "--import-timeout",
+        type=_seconds,
+        default=DEFAULTS.daemon.import_timeout_s,
+        metavar="SECONDS",
+        help="a reload first imports the bundle's Python entries in a throwaway process and is "
+        "refused when that takes longer (default: %(default)g)",
     )
     p.add_argument(
         "--agent-nice",
@@ -417,7 +441,14 @@ def _run_command(argv: Sequence[str] | None) -> int:
     if args.command == "validate":
         from goondan.cli.validate_cmd import run_validate
 
-        return run_validate(args.path, args.format, sys.stdout, args.env_file or ())
+        return run_validate(
+            args.path,
+            args.format,
+            sys.stdout,
+            args.env_file or (),
+            deep=args.deep,
+            import_timeout_s=args.import_timeout,
+        )
     if args.command == "run":
         from goondan.cli.run_cmd import run
 
