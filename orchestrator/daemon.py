@@ -20,8 +20,8 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
-from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
-from goondan.envfiles import EnvFileError, EnvFiles, EnvLayer
+from goondan.bundle import Bundle, BundleInvalid
+from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.hardening import forbid_inspection
 from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
 from goondan.settings import DEFAULTS, Settings
@@ -36,7 +36,7 @@ from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
 from orchestrator.launcher import ConnectorLauncher, Launcher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
-from orchestrator.reload import agent_fingerprints, connection_fingerprints
+from orchestrator.reload import Reloadable, load_for_reload, swarm_fingerprints
 from orchestrator.router import InFlight, Requester, Router
 from orchestrator.supervisor import Exit, ProcessKind, Supervisor
 from orchestrator.systemd import Notifier
@@ -102,7 +102,7 @@ class Daemon:
         # Shows what a `run --input` turn streams (text, tool progress), when set.
         self.on_update: Callable[[wire.TurnUpdate], None] | None = None
         self._stopping = False
-        self._fingerprints = self._fingerprint(bundle, self.swarm)
+        self._fingerprints = swarm_fingerprints(bundle, self.swarm)
         self._reload_lock = asyncio.Lock()
         self._replay_tries: dict[str, int] = {}  # journaled inputs that failed after a restart
         self.notifier = Notifier()
@@ -397,8 +397,10 @@ class Daemon:
     async def _reload(self, restart_all: bool) -> wire.Reloaded:
         try:
             # Off the loop: reading and validating files takes as long as the disk does, and
-            # the swarm keeps routing meanwhile.
-            bundle, swarm, prints, env = await asyncio.to_thread(self._load, self.swarm.name)
+            # importing the entries in a probe process up to its time limit; the swarm keeps
+            # routing meanwhile.
+            env = await asyncio.to_thread(self.env_files.read) if self.env_files else None
+            bundle, swarm, prints, warnings = await asyncio.to_thread(self._load, self.swarm.name)
         except (BundleInvalid, EnvFileError) as exc:
             errors = [e.render() for e in exc.errors]
             self._log.error("reload refused: the bundle does not validate", errors=errors)
@@ -406,6 +408,8 @@ class Daemon:
         except (LookupError, OSError) as exc:
             self._log.error("reload refused", error=str(exc))
             return wire.Reloaded(False, [], [], [], [str(exc)])
+        if warnings:
+            self._log.warning("reload: warnings", warnings=[w.render() for w in warnings])
         # Every process inherits the environment: new env-file values restart them all.
         env_changed = self.env_files.apply(env) if self.env_files and env else []
         if env_changed:
@@ -436,17 +440,10 @@ class Daemon:
         self._log.info("bundle reloaded", restarted=changed, added=added, removed=removed)
         return result
 
-    def _load(self, swarm_name: str) -> tuple[Bundle, Resource, dict[str, str], EnvLayer | None]:
-        """The bundle as it is on disk now, its swarm, their fingerprints and the env files."""
-        env = self.env_files.read() if self.env_files else None
-        bundle = load_bundle(self.bundle.root)
-        swarm = bundle.select_swarm(swarm_name)
-        return bundle, swarm, self._fingerprint(bundle, swarm), env
-
-    @staticmethod
-    def _fingerprint(bundle: Bundle, swarm: Resource) -> dict[str, str]:
-        connections = swarm_connections(bundle, swarm)
-        return {**agent_fingerprints(bundle, swarm), **connection_fingerprints(bundle, connections)}
+    def _load(self, swarm_name: str) -> Reloadable:
+        """The bundle as it is on disk now, its swarm and their fingerprints, once its Python
+        entries have imported in a probe process."""
+        return load_for_reload(self.bundle.root, swarm_name, self.settings.daemon.import_timeout_s)
 
     async def restart_agent(self, name: str, *, fresh: bool = False) -> None:
         """Drain and stop the agent's process, then start it again if it was running or has
