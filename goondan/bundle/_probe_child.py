@@ -1,11 +1,12 @@
 """The throwaway process of `goondan.bundle.probe`: import each entry file, report what it has.
 
-Reads a JSON list of entries on stdin (`path`, `module`, `kind`, `root`) and writes one JSON
-line per event on the stdout it was started with: `{"start": i}` before importing entry `i`
-(so a parent that has to kill a hanging import knows which file it was), then
-`{"i": i, ...facts}`, and `{"done": true}` at the end. User code's own prints go to stderr:
-fd 1 is pointed there before anything is imported. It reports facts only; the parent turns
-them into errors, so this module imports nothing of goondan's beyond what the entries do.
+`python -m goondan.bundle._probe_child TIMEOUT_S` reads a JSON list of entries on stdin
+(`path`, `module`, `kind`, `root`) and writes one JSON line per event on the stdout it was
+started with: `{"start": i}` before importing entry `i` (so a parent that has to kill a hanging
+import knows which file it was), then `{"i": i, ...facts}`, and `{"done": true}` at the end.
+User code's own prints go to stderr: fd 1 is pointed there before anything is imported. It
+reports facts only and the parent turns them into errors, so it needs nothing of goondan's
+itself (`-m` imports the `goondan` package, which entries import anyway).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import math
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -21,6 +24,9 @@ from typing import Any, TextIO
 
 
 def main() -> None:
+    # A backstop for a parent that died before it could kill us at the time limit: SIGALRM's
+    # default action ends the process, whatever the import is doing.
+    signal.alarm(math.ceil(float(sys.argv[1])) + 5 if len(sys.argv) > 1 else 60)
     entries = json.loads(sys.stdin.read())
     # The protocol keeps the real stdout; whatever user code prints goes to stderr instead.
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")

@@ -127,7 +127,7 @@ def probe_entries(
 def _run_child(request: bytes, timeout_s: float) -> tuple[list[dict[str, Any]], int, bytes, bool]:
     """(events, exit status, stderr, timed out) of one probe process."""
     proc = subprocess.Popen(
-        [sys.executable, "-B", "-m", "goondan.bundle._probe_child"],
+        [sys.executable, "-B", "-m", "goondan.bundle._probe_child", f"{timeout_s:g}"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
