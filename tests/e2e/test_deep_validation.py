@@ -3,11 +3,12 @@ throwaway process, report what fails with its file:line, and refuse a broken rel
 
 import json
 import shutil
+import subprocess
 import time
 
 import pytest
 
-from tests.e2e.conftest import QUICKSTART, goondan, pid_alive, wait_for, write_bundle
+from tests.e2e.conftest import GOONDAN, QUICKSTART, goondan, pid_alive, wait_for, write_bundle
 
 HEADER = """\
 apiVersion: goondan.ai/v1
@@ -345,3 +346,27 @@ def test_an_extension_change_restarts_only_the_agents_that_use_it(start_daemon, 
     proc = daemon.cli("restart")
     assert proc.returncode == 1 and "E_CONFIG_EXTENSION_NO_REGISTER" in proc.stderr
     assert daemon.send("version?").stdout.strip() == "v2-blue"
+
+
+def test_a_slow_probe_does_not_stall_the_daemon(start_daemon, quickstart):
+    daemon = start_daemon(quickstart, "--import-timeout", "60")
+    assert daemon.send("What is 1 plus 2?").returncode == 0
+    numbers = quickstart / "tools" / "numbers.py"
+    numbers.write_text("import time\ntime.sleep(8)\n" + numbers.read_text())
+    restart = subprocess.Popen(
+        [*GOONDAN, "restart", "--state-root", str(daemon.state_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1)
+        # The probe is importing; the daemon still routes a turn through both agents.
+        reply = daemon.send("What is 3 plus 4?")
+        assert reply.returncode == 0 and "7 is a prime" in reply.stdout
+        assert restart.poll() is None, "the reload should still be probing"
+        out, err = restart.communicate(timeout=60)
+    finally:
+        restart.kill()
+    assert restart.returncode == 0, err
+    assert out.strip() == "reloaded; restarted: researcher"
