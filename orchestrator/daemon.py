@@ -36,7 +36,7 @@ from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
 from orchestrator.launcher import ConnectorLauncher, Launcher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
-from orchestrator.reload import Reloadable, load_for_reload, swarm_fingerprints
+from orchestrator.reload import load_for_reload, swarm_fingerprints
 from orchestrator.router import InFlight, Requester, Router
 from orchestrator.supervisor import Exit, ProcessKind, Supervisor
 from orchestrator.systemd import Notifier
@@ -396,11 +396,12 @@ class Daemon:
 
     async def _reload(self, restart_all: bool) -> wire.Reloaded:
         try:
-            # Off the loop: reading and validating files takes as long as the disk does, and
-            # importing the entries in a probe process up to its time limit; the swarm keeps
-            # routing meanwhile.
+            # Off the loop (a thread, then a probe process that imports the entries): the
+            # swarm keeps routing meanwhile.
             env = await asyncio.to_thread(self.env_files.read) if self.env_files else None
-            bundle, swarm, prints, warnings = await asyncio.to_thread(self._load, self.swarm.name)
+            bundle, swarm, prints, warnings = await load_for_reload(
+                self.bundle.root, self.swarm.name, self.settings.daemon.import_timeout_s
+            )
         except (BundleInvalid, EnvFileError) as exc:
             errors = [e.render() for e in exc.errors]
             self._log.error("reload refused: the bundle does not validate", errors=errors)
@@ -439,11 +440,6 @@ class Daemon:
         _freeze_long_lived()
         self._log.info("bundle reloaded", restarted=changed, added=added, removed=removed)
         return result
-
-    def _load(self, swarm_name: str) -> Reloadable:
-        """The bundle as it is on disk now, its swarm and their fingerprints, once its Python
-        entries have imported in a probe process."""
-        return load_for_reload(self.bundle.root, swarm_name, self.settings.daemon.import_timeout_s)
 
     async def restart_agent(self, name: str, *, fresh: bool = False) -> None:
         """Drain and stop the agent's process, then start it again if it was running or has

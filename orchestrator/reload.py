@@ -3,6 +3,7 @@ loads, and the deep validation (`goondan.bundle.probe`) a reload must pass first
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import NamedTuple
@@ -17,7 +18,7 @@ from goondan.bundle import (
     Resource,
     codes,
     load_bundle,
-    probe_entries,
+    probe_entries_async,
 )
 from goondan.bundle.reading import read_regular_file
 from orchestrator.connections import swarm_connections
@@ -32,18 +33,24 @@ class Reloadable(NamedTuple):
     warnings: list[ConfigError]
 
 
-def load_for_reload(root: Path, swarm_name: str, import_timeout_s: float) -> Reloadable:
+async def load_for_reload(root: Path, swarm_name: str, import_timeout_s: float) -> Reloadable:
     """Load the bundle at `root` and import the Python entries `swarm_name` uses in a throwaway
     process. Raises BundleInvalid (also for entries that do not import or lack a handler),
-    LookupError (the swarm is gone) or OSError. Blocks: the daemon runs it in a thread."""
-    bundle = load_bundle(root)
-    swarm = bundle.select_swarm(swarm_name)
-    problems = probe_entries(bundle, import_timeout_s, swarm_entries(bundle, swarm))
+    LookupError (the swarm is gone) or OSError. Reading files runs in a thread and the probe is
+    an asyncio subprocess, so the loop keeps routing; cancelling it kills the probe."""
+    bundle, swarm = await asyncio.to_thread(_load, root, swarm_name)
+    problems = await probe_entries_async(bundle, import_timeout_s, swarm_entries(bundle, swarm))
     errors = [p for p in problems if p.severity != "warning"]
     if errors:
         raise BundleInvalid(errors)
     warnings = [p for p in problems if p.severity == "warning"]
-    return Reloadable(bundle, swarm, swarm_fingerprints(bundle, swarm), warnings)
+    prints = await asyncio.to_thread(swarm_fingerprints, bundle, swarm)
+    return Reloadable(bundle, swarm, prints, warnings)
+
+
+def _load(root: Path, swarm_name: str) -> tuple[Bundle, Resource]:
+    bundle = load_bundle(root)
+    return bundle, bundle.select_swarm(swarm_name)
 
 
 def swarm_entries(bundle: Bundle, swarm: Resource) -> list[Resource]:

@@ -41,7 +41,7 @@ from goondan.bundle.model import (
     ValueSource,
 )
 from goondan.bundle.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
-from goondan.bundle.probe import bundle_entries, probe_entries
+from goondan.bundle.probe import bundle_entries, probe_entries, probe_entries_async
 from goondan.bundle.refs import parse_ref
 from goondan.bundle.values import resolve_value
 
@@ -84,5 +84,6 @@ __all__ = [
     "load_bundle",
     "parse_ref",
     "probe_entries",
+    "probe_entries_async",
     "resolve_value",
 ]

@@ -22,6 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Any, TextIO
 
+_MESSAGE_LIMIT = 2000  # an exception's text: enough to act on, and one short protocol line
+
 
 def main() -> None:
     # A backstop for a parent that died before it could kill us at the time limit: SIGALRM's
@@ -81,7 +83,9 @@ def _describe(exc: BaseException, entry_path: str, root: str) -> dict[str, Any]:
     else in the entry file."""
     error: dict[str, Any] = {
         "type": type(exc).__name__,
-        "message": str(exc) if not isinstance(exc, SyntaxError) else (exc.msg or str(exc)),
+        "message": (str(exc) if not isinstance(exc, SyntaxError) else exc.msg or str(exc))[
+            :_MESSAGE_LIMIT
+        ],
     }
     if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
         error["file"], error["line"] = exc.filename, exc.lineno

@@ -12,13 +12,15 @@ limit is up; never in the validating process.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from goondan.bundle.bundle import Bundle
 from goondan.bundle.errors import ConfigError
@@ -35,6 +37,7 @@ _MODULE_PREFIX = {
     "Connector": "goondan_connector",
 }
 _STDERR_TAIL = 2000  # of a probe process that died: enough for its last error lines
+_LINE_LIMIT = 1024 * 1024  # one event line; the child cuts long messages well below it
 
 
 def bundle_entries(bundle: Bundle) -> list[Resource]:
@@ -59,6 +62,16 @@ def bundle_entries(bundle: Bundle) -> list[Resource]:
     return list(found.values())
 
 
+class _Run(NamedTuple):
+    """What one probe process did: its events, exit status, stderr's tail, and whether the
+    time limit killed it."""
+
+    events: list[dict[str, Any]]
+    status: int | None
+    stderr: bytes
+    timed_out: bool
+
+
 def probe_entries(
     bundle: Bundle,
     timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -66,10 +79,27 @@ def probe_entries(
 ) -> list[ConfigError]:
     """Import `resources` (default: `bundle_entries(bundle)`) in one child process and return
     what is wrong: errors, and warnings (`severity="warning"`) for handlers no export declares.
-    Blocks for up to `timeout_s`: callers on an event loop run it in a thread."""
+    Blocks for up to `timeout_s`; on an event loop, use `probe_entries_async`."""
     entries = bundle_entries(bundle) if resources is None else resources
     if not entries:
         return []
+    return _verdict(entries, _run_child(_request(entries), timeout_s), timeout_s)
+
+
+async def probe_entries_async(
+    bundle: Bundle,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    resources: list[Resource] | None = None,
+) -> list[ConfigError]:
+    """`probe_entries` for an event loop: the child is an asyncio subprocess, and cancelling
+    the caller (a daemon stopping mid-reload) kills it and what it started at once."""
+    entries = bundle_entries(bundle) if resources is None else resources
+    if not entries:
+        return []
+    return _verdict(entries, await _run_child_async(_request(entries), timeout_s), timeout_s)
+
+
+def _request(entries: list[Resource]) -> bytes:
     request = [
         {
             "path": str(r.entry_path()),
@@ -79,11 +109,18 @@ def probe_entries(
         }
         for r in entries
     ]
-    events, status, stderr, timed_out = _run_child(json.dumps(request).encode(), timeout_s)
+    return json.dumps(request).encode()
+
+
+def _command(timeout_s: float) -> list[str]:
+    return [sys.executable, "-B", "-m", "goondan.bundle._probe_child", f"{timeout_s:g}"]
+
+
+def _verdict(entries: list[Resource], run: _Run, timeout_s: float) -> list[ConfigError]:
     results: dict[int, dict[str, Any]] = {}
     started: int | None = None
     done = False
-    for event in events:
+    for event in run.events:
         if "start" in event:
             started = int(event["start"])
         elif "i" in event:
@@ -97,7 +134,7 @@ def probe_entries(
     if done:
         return problems
     culprit = entries[started] if started is not None and started not in results else None
-    if timed_out:
+    if run.timed_out:
         what = "the import" if culprit else "the import probe"
         problems.append(
             ConfigError(
@@ -109,11 +146,11 @@ def probe_entries(
             )
         )
         return problems
-    tail = stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL:]
+    tail = run.stderr.decode("utf-8", "replace").strip()[-_STDERR_TAIL:]
     problems.append(
         ConfigError(
             code=ErrorCode.E_CONFIG_ENTRY_IMPORT,
-            message=f"the import probe exited with status {status}"
+            message=f"the import probe exited with status {run.status}"
             + (f" while importing {_where(culprit)}" if culprit else "")
             + (f": {tail}" if tail else ""),
             file=display_path(culprit.entry_path()) if culprit else None,
@@ -124,10 +161,21 @@ def probe_entries(
     return problems
 
 
-def _run_child(request: bytes, timeout_s: float) -> tuple[list[dict[str, Any]], int, bytes, bool]:
-    """(events, exit status, stderr, timed out) of one probe process."""
+def _events(lines: list[bytes]) -> list[dict[str, Any]]:
+    events = []
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    return events
+
+
+def _run_child(request: bytes, timeout_s: float) -> _Run:
     proc = subprocess.Popen(
-        [sys.executable, "-B", "-m", "goondan.bundle._probe_child", f"{timeout_s:g}"],
+        _command(timeout_s),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -142,15 +190,52 @@ def _run_child(request: bytes, timeout_s: float) -> tuple[list[dict[str, Any]], 
         out, err = proc.communicate()
     finally:
         _kill_group(proc.pid)  # anything user code left behind in the group
-    events = []
-    for line in out.decode("utf-8", "replace").splitlines():
+    return _Run(_events(out.splitlines()), proc.returncode, err[-_STDERR_TAIL:], timed_out)
+
+
+async def _run_child_async(request: bytes, timeout_s: float) -> _Run:
+    proc = await asyncio.create_subprocess_exec(
+        *_command(timeout_s),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+        limit=_LINE_LIMIT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stdout, stderr = proc.stdout, proc.stderr
+    lines: list[bytes] = []
+    err = bytearray()
+
+    async def read_events() -> None:
+        async for line in stdout:
+            lines.append(line)
+            if line.startswith(b'{"done"'):
+                return  # not EOF: a process user code started may hold the pipe open
+
+    async def read_stderr() -> None:
+        while chunk := await stderr.read(65536):
+            err.extend(chunk)
+            del err[:-_STDERR_TAIL]
+
+    stderr_task = asyncio.ensure_future(read_stderr())
+    timed_out = False
+    try:
+        with contextlib.suppress(ConnectionError):  # it died before reading its request
+            proc.stdin.write(request)
+            await proc.stdin.drain()
+            proc.stdin.close()
         try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            events.append(event)
-    return events, proc.returncode, err, timed_out
+            await asyncio.wait_for(asyncio.gather(read_events(), proc.wait()), timeout_s)
+        except TimeoutError:
+            timed_out = True
+    finally:
+        _kill_group(proc.pid)  # on a timeout, a cancellation, and what user code left behind
+        await asyncio.shield(proc.wait())
+        stderr_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stderr_task
+    return _Run(_events(lines), proc.returncode, bytes(err), timed_out)
 
 
 def _kill_group(pid: int) -> None:
