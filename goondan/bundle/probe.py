@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -150,8 +151,11 @@ def _verdict(entries: list[Resource], run: _Run, timeout_s: float) -> list[Confi
     problems.append(
         ConfigError(
             code=ErrorCode.E_CONFIG_ENTRY_IMPORT,
-            message=f"the import probe exited with status {run.status}"
-            + (f" while importing {_where(culprit)}" if culprit else "")
+            message=(
+                f"the import ended the probe process (exit status {run.status})"
+                if culprit
+                else f"the import probe exited with status {run.status}"
+            )
             + (f": {tail}" if tail else ""),
             file=display_path(culprit.entry_path()) if culprit else None,
             path=culprit.label if culprit else None,
@@ -174,23 +178,28 @@ def _events(lines: list[bytes]) -> list[dict[str, Any]]:
 
 
 def _run_child(request: bytes, timeout_s: float) -> _Run:
-    proc = subprocess.Popen(
-        _command(timeout_s),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group: a timeout kills what it started too
-    )
-    timed_out = False
-    try:
-        out, err = proc.communicate(request, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc.pid)
-        out, err = proc.communicate()
-    finally:
-        _kill_group(proc.pid)  # anything user code left behind in the group
-    return _Run(_events(out.splitlines()), proc.returncode, err[-_STDERR_TAIL:], timed_out)
+    # stderr goes to a file: a process that user code started inherits it, and a pipe would
+    # make `communicate` wait for that process as well.
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(
+            _command(timeout_s),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,  # its own process group: a timeout kills what it started
+        )
+        timed_out = False
+        try:
+            out, _ = proc.communicate(request, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            out, _ = proc.communicate()
+        finally:
+            _kill_group(proc.pid)  # anything user code left behind in the group
+        err.seek(max(0, err.seek(0, os.SEEK_END) - _STDERR_TAIL))
+        tail = err.read()
+    return _Run(_events(out.splitlines()), proc.returncode, tail, timed_out)
 
 
 async def _run_child_async(request: bytes, timeout_s: float) -> _Run:
@@ -250,10 +259,6 @@ def _module_name(resource: Resource) -> str:
     safe = "".join(ch if ch.isalnum() else "_" for ch in resource.package)
     name = "".join(ch if ch.isalnum() else "_" for ch in resource.name)
     return f"{_MODULE_PREFIX[resource.kind]}__{safe}__{name}"
-
-
-def _where(resource: Resource) -> str:
-    return f"{resource.label} ({display_path(resource.entry_path())})"
 
 
 def _check(resource: Resource, facts: dict[str, Any]) -> list[ConfigError]:

@@ -203,10 +203,27 @@ def test_a_hanging_import_times_out_and_leaves_nothing_running(tmp_path):
     wait_for(lambda: not pid_alive(int(pid_file.read_text())), timeout=5)
 
 
+def test_a_process_an_import_leaves_behind_neither_delays_nor_outlives_validate(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    calc = (
+        "import subprocess\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n" + CALC
+    )
+    started = time.monotonic()
+    proc = validate(calc_bundle(tmp_path, calc), "--import-timeout", "30")
+    assert proc.returncode == 0, proc.stdout
+    assert time.monotonic() - started < 15  # not the time limit: it did not wait for `sleep`
+    wait_for(lambda: not pid_alive(int(pid_file.read_text())), timeout=5)
+
+
 def test_an_entry_that_exits_at_import(tmp_path):
     proc = validate(calc_bundle(tmp_path, "import os\nos._exit(3)\n"))
     assert proc.returncode == 1
-    assert "the import probe exited with status 3 while importing Tool/calc" in proc.stdout
+    assert "tools/calc.py: Tool/calc: the import ended the probe process (exit status 3)" in (
+        proc.stdout
+    )
+    assert "(E_CONFIG_ENTRY_IMPORT)" in proc.stdout
 
 
 # -- reloads -------------------------------------------------------------------------------
