@@ -7,7 +7,8 @@ User code may have side effects or hang at import, so it runs in one child proce
 (`goondan.bundle._probe_child`) in its own session, killed with its children when the time
 limit is up; never in the validating process.
 
-    errors = probe_entries(bundle, timeout_s=10.0)   # ConfigErrors; severity "warning" or "error"
+    problems = probe_entries(bundle, timeout_s=10.0)   # ConfigErrors, severity error/warning
+    problems = await probe_entries_async(bundle, 10.0, resources)   # on an event loop
 """
 
 from __future__ import annotations
