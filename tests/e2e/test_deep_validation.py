@@ -3,6 +3,7 @@ throwaway process, report what fails with its file:line, and refuse a broken rel
 
 import json
 import shutil
+import signal
 import subprocess
 import time
 
@@ -387,3 +388,22 @@ def test_a_slow_probe_does_not_stall_the_daemon(start_daemon, quickstart):
         restart.kill()
     assert restart.returncode == 0, err
     assert out.strip() == "reloaded; restarted: researcher"
+
+
+def test_a_stop_during_a_hanging_probe_is_not_held_by_it(start_daemon, quickstart, tmp_path):
+    daemon = start_daemon(quickstart, "--import-timeout", "120")
+    pid_file = tmp_path / "probe-child.pid"
+    numbers = quickstart / "tools" / "numbers.py"
+    hang = (
+        "import subprocess, time\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(300)\n"
+    )
+    numbers.write_text(hang + numbers.read_text())
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(pid_file.exists, timeout=30)
+    started = time.monotonic()
+    assert daemon.stop() == 0
+    assert time.monotonic() - started < 30  # not the 120 s time limit
+    wait_for(lambda: not pid_alive(int(pid_file.read_text())), timeout=5)
