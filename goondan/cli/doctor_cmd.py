@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from goondan.bundle import Bundle, BundleInvalid, load_bundle
+from goondan.bundle import PROBE_TIMEOUT_S, Bundle, BundleInvalid, load_bundle, probe_entries
 from goondan.cli.client import daemon_running
 from goondan.cli.doctor_env import check_env
 from goondan.cli.doctor_net import check_endpoints, check_ports
@@ -175,7 +175,8 @@ def _check_daemon(paths: StatePaths) -> Check:
 
 
 def _check_bundle(path: str) -> tuple[list[Check], Bundle | None]:
-    """Load and validate the bundle: its checks, and the bundle when it loaded."""
+    """Load and validate the bundle, and import its entries: its checks, and the bundle when
+    it loaded."""
     try:
         bundle = load_bundle(path)
     except BundleInvalid as exc:
@@ -183,10 +184,20 @@ def _check_bundle(path: str) -> tuple[list[Check], Bundle | None]:
         return [fail("bundle", error.render().split("\n")[0], fix) for error in exc.errors], None
     except OSError as exc:
         return [fail("bundle", f"{path}: {exc.strerror or exc}", "pass the bundle's path")], None
-    swarms = ", ".join(bundle.swarm_names()) or "none"
-    return [
-        ok("bundle", f"{path} is valid ({len(bundle.resources)} resources; swarms: {swarms})")
-    ], bundle
+    # The same deep check as `goondan validate`: each Python entry imported in a throwaway
+    # process, so a SyntaxError or a missing handler shows here, not on the first request.
+    problems = probe_entries(bundle, PROBE_TIMEOUT_S)
+    checks = [
+        (warn if problem.severity == "warning" else fail)(
+            "bundle", problem.render().split("\n")[0], f"run `goondan validate {path}`"
+        )
+        for problem in problems
+    ]
+    if not any(check.status == "fail" for check in checks):
+        swarms = ", ".join(bundle.swarm_names()) or "none"
+        what = f"{path} is valid ({len(bundle.resources)} resources; swarms: {swarms})"
+        checks.insert(0, ok("bundle", what))
+    return checks, bundle
 
 
 # -- systemd -------------------------------------------------------------------------------

@@ -97,6 +97,59 @@ def test_a_bad_bundle_fails(tmp_path, state_root):
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
+SCRIPTED_TOOL_BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: demo}
+spec: {provider: scripted, model: scripted-v1}
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: calc}
+spec:
+  entry: ./calc.py
+  exports:
+    - name: add
+      description: Add.
+      parameters: {type: object, properties: {}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: helper}
+spec: {modelConfig: {modelRef: Model/demo}, tools: [{ref: Tool/calc}]}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec: {entryAgent: Agent/helper, agents: [{ref: Agent/helper}]}
+"""
+
+
+def test_a_tool_file_that_does_not_compile_fails_with_its_line(tmp_path, state_root):
+    calc = 'def add(ctx, args):\n    return {"sum": 1\n\nhandlers = {"add": add}\n'
+    bundle = write_bundle(tmp_path / "b", SCRIPTED_TOOL_BUNDLE, {"calc.py": calc})
+
+    proc = doctor(str(bundle), state_root=state_root)
+
+    assert proc.returncode == 1, proc.stdout
+    failed = [line for line in lines(proc, "fail") if "bundle" in line]
+    assert any("E_CONFIG_ENTRY_SYNTAX" in line and "calc.py:" in line for line in failed), (
+        proc.stdout
+    )
+    assert "is valid" not in proc.stdout
+
+
+def test_an_undeclared_handler_is_a_warning(tmp_path, state_root):
+    calc = 'def add(ctx, args):\n    return 1\n\nhandlers = {"add": add, "sub": add}\n'
+    bundle = write_bundle(tmp_path / "b", SCRIPTED_TOOL_BUNDLE, {"calc.py": calc})
+
+    proc = doctor(str(bundle), state_root=state_root)
+
+    assert proc.returncode == 0, proc.stdout
+    assert any("E_CONFIG_HANDLER_UNDECLARED" in line for line in lines(proc, "warn")), proc.stdout
+    assert "is valid" in proc.stdout
+
+
 def test_a_missing_env_var_fails_and_a_set_one_says_where_from(tmp_path, state_root):
     with FakeOpenAIServerThread() as server:
         bundle = model_bundle(tmp_path, server.base_url)
