@@ -62,6 +62,14 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             "run --hang-timeout",
         ),
     ] = 15.0
+    import_timeout_s: Annotated[
+        Seconds,
+        _doc(
+            "a reload (and `goondan validate`) imports the bundle's Python entries in a "
+            "throwaway process first and is refused if that takes longer than this",
+            "run --import-timeout",
+        ),
+    ] = 10.0
     crash_threshold: Annotated[
         int,
         msgspec.Meta(ge=0),
@@ -293,6 +301,7 @@ def from_run_args(args: argparse.Namespace) -> Settings:
                 "spawn": args.spawn,
                 "agent_nice": args.agent_nice,
                 "hang_timeout_s": args.hang_timeout,
+                "import_timeout_s": args.import_timeout,
             },
             "storage": {
                 "durability": args.durability,

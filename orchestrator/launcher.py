@@ -175,6 +175,14 @@ def _credential_pipe(credential: bytes) -> Iterator[int]:
         os.close(read_fd)
 
 
+def _environ_changes(before: dict[str, str]) -> dict[str, str | None]:
+    """Name -> new value (None: unset) for what differs in `os.environ` from `before`."""
+    now = dict(os.environ)
+    changes: dict[str, str | None] = {k: v for k, v in now.items() if before.get(k) != v}
+    changes.update((k, None) for k in before if k not in now)
+    return changes
+
+
 class ZygoteChild:
     """An agent forked by the template; its exit code arrives through the template."""
 
@@ -204,6 +212,9 @@ class ZygoteLauncher:
         self.spec = spec
         self._process: asyncio.subprocess.Process | None = None
         self._starting: asyncio.Task[None] | None = None
+        # The environment the template started with: its agents inherit that one, so what
+        # changed since (a reload re-read the env files) travels with each launch.
+        self._environ: dict[str, str] = {}
         self._tasks = TaskSet("zygote launcher")  # the template's start, and its reader
         self._ids = itertools.count(1)
         self._launches: dict[int, asyncio.Future[ZygoteChild]] = {}
@@ -223,6 +234,7 @@ class ZygoteLauncher:
             self._starting = None
 
     async def _start(self) -> None:
+        self._environ = dict(os.environ)
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -252,11 +264,13 @@ class ZygoteLauncher:
         request_id = next(self._ids)
         future: asyncio.Future[ZygoteChild] = asyncio.get_running_loop().create_future()
         self._launches[request_id] = future
-        line = {
+        line: dict[str, Any] = {
             "id": request_id,
             "argv": self.spec.argv(agent, process.pid),
             "credential": credential.decode(),
         }
+        if os.environ != self._environ:
+            line["env"] = _environ_changes(self._environ)
         process.stdin.write((json.dumps(line) + "\n").encode())
         try:
             return await future

@@ -12,17 +12,25 @@ from datetime import UTC, datetime
 import msgspec
 
 from goondan.cli.client import ControlClient, NotRunning, daemon_running
+from goondan.cli.prompt import confirm, declined
 from goondan.paths import StatePaths
 from ipc import wire, zmtp
 from ipc.error_codes import ErrorCode
 
 EXIT_FAILED = 1
 EXIT_NOT_RUNNING = 2
+EXIT_USAGE = 2
+
+
+class InputTooLarge(Exception):
+    pass
 
 
 def dispatch(args: argparse.Namespace) -> int:
     paths = StatePaths.at(args.state_root)
     try:
+        if args.command == "send":
+            args.text = read_input(args.text, args.input_file)
         with ControlClient(paths) as client:
             if args.command == "send":
                 return _send(client, args)
@@ -37,12 +45,42 @@ def dispatch(args: argparse.Namespace) -> int:
     except TimeoutError as exc:
         print(f"goondan: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except zmtp.MessageTooLarge as exc:
+    except (zmtp.MessageTooLarge, InputTooLarge) as exc:
         print(
             f"goondan: {ErrorCode.MESSAGE_TOO_LARGE}: the request is not sent: {exc}",
             file=sys.stderr,
         )
         return EXIT_FAILED
+    except (OSError, UnicodeDecodeError) as exc:  # the input file or stdin
+        print(f"goondan: cannot read the input: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def read_input(text: str | None, input_file: str | None) -> str:
+    """The input of `send`: TEXT, or all of stdin (`-`) or of a file, as UTF-8. One command
+    line argument holds at most 128 KiB; these hold up to the message limit, and no more is
+    read (an endless or huge stream is refused once it passes the limit)."""
+    source = input_file if input_file is not None else text
+    if source is None or (input_file is None and source != "-"):
+        return source or ""
+    limit = zmtp.MAX_MESSAGE_BYTES
+    if source == "-":
+        where, data = "stdin", sys.stdin.buffer.read(limit + 1)
+    else:
+        where = source
+        with open(source, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise InputTooLarge(f"{where} holds {size:,} bytes, over the {limit:,}-byte limit")
+            data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputTooLarge(f"{where} holds more than the {limit:,}-byte limit")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnicodeDecodeError(
+            exc.encoding, exc.object, exc.start, exc.end, f"{where} is not UTF-8 text"
+        ) from None
 
 
 def _send(client: ControlClient, args: argparse.Namespace) -> int:
@@ -109,6 +147,10 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
 
 
 def _restart(client: ControlClient, args: argparse.Namespace) -> int:
+    if args.agent and args.fresh:
+        question = f"Delete every conversation of agent '{args.agent}' and restart it?"
+        if not confirm(question, yes=args.yes):
+            return declined()
     command_args = wire.RestartArgs(args.agent, args.fresh) if args.agent else wire.RestartArgs()
     reply = client.command("restart", command_args, timeout_s=600)
     if not reply.ok:

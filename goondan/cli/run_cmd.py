@@ -10,11 +10,13 @@ import sys
 import time
 import traceback
 
+import structlog
 import uvloop
 
 from goondan.bundle import BundleInvalid, load_bundle
 from goondan.cli.daemon_cmds import LiveView
 from goondan.cli.transcript import render_transcript
+from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.logs import LogFile, OutputPipe, configure_logging, rotate_files
 from goondan.paths import StatePaths
 from goondan.settings import Settings, from_run_args
@@ -36,12 +38,21 @@ _READY = b"\0ready"
 
 
 def run(args: argparse.Namespace) -> int:
+    # First: the files may set GOONDAN_STATE_ROOT or GOONDAN_LOG_LEVEL (flags still win).
+    env_files = EnvFiles(args.path, args.env_file or ())
+    try:
+        env_files.load()
+    except EnvFileError as exc:
+        for error in exc.errors:
+            print(error.render(), file=sys.stderr)
+        print("goondan: the env files have problems; nothing was started", file=sys.stderr)
+        return 1
     if args.detach:
-        return _detach(args)
-    return _run(args, detached=False)
+        return _detach(args, env_files)
+    return _run(args, env_files, detached=False)
 
 
-def _run(args: argparse.Namespace, *, detached: bool) -> int:
+def _run(args: argparse.Namespace, env_files: EnvFiles, *, detached: bool) -> int:
     if args.log_level:
         os.environ["GOONDAN_LOG_LEVEL"] = args.log_level  # agent processes inherit it
     paths = StatePaths.at(args.state_root)
@@ -52,9 +63,13 @@ def _run(args: argparse.Namespace, *, detached: bool) -> int:
         files=settings.storage.daemon_log_files,
     )
     configure_logging(args.log_level, log_file=log_file, stderr=not detached)
+    if env_files.layer.files:  # names and files only: values never reach the logs
+        structlog.get_logger().info(
+            "env files loaded", files=list(env_files.layer.files), names=sorted(env_files.applied)
+        )
     output = OutputPipe(log_file) if detached else None
     try:
-        return _serve(args, paths, settings, output)
+        return _serve(args, paths, settings, env_files, output)
     finally:
         if output is not None:
             output.close()
@@ -62,11 +77,15 @@ def _run(args: argparse.Namespace, *, detached: bool) -> int:
 
 
 def _serve(
-    args: argparse.Namespace, paths: StatePaths, settings: Settings, output: OutputPipe | None
+    args: argparse.Namespace,
+    paths: StatePaths,
+    settings: Settings,
+    env_files: EnvFiles,
+    output: OutputPipe | None,
 ) -> int:
     try:
         bundle = load_bundle(args.path)
-        daemon = Daemon(bundle, args.swarm, paths, settings, watch=args.watch)
+        daemon = Daemon(bundle, args.swarm, paths, settings, watch=args.watch, env_files=env_files)
     except BundleInvalid as exc:
         for error in exc.errors:
             print(error.render(), file=sys.stderr)
@@ -102,7 +121,7 @@ def _serve(
 # -- detached mode -------------------------------------------------------------------------
 
 
-def _detach(args: argparse.Namespace) -> int:
+def _detach(args: argparse.Namespace, env_files: EnvFiles) -> int:
     """Start the daemon in a session of its own and return once it is ready.
 
     The daemon is a grandchild (fork, setsid, fork): not a session leader, so it can never get
@@ -129,7 +148,7 @@ def _detach(args: argparse.Namespace) -> int:
             for fd in {devnull, write_fd} - {0, 1, 2}:
                 os.close(fd)
             os.write(2, _PID + f"{os.getpid()}\n".encode())  # a line of its own
-            code = _run(args, detached=True)
+            code = _run(args, env_files, detached=True)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:  # noqa: BLE001 - say why on stderr, then exit like a crash
