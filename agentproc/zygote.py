@@ -100,6 +100,16 @@ def _child(argv: list[str], credential: str | None, fds: tuple[int, ...]) -> Non
         os._exit(code)
 
 
+def _update_environ(changes: dict[str, str | None] | None) -> None:
+    """Apply what changed in the orchestrator's environment since this template started
+    (a reload that re-read the env files), so the child sees what a fresh interpreter would."""
+    for name, value in (changes or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def warm_up(bundle: str | None) -> None:
     """Load the daemon's bundle once, so every child inherits parsed modules and compiled
     argument validators instead of building them itself; and import its Models' providers."""
@@ -228,6 +238,7 @@ def serve(bundle: str | None = None) -> int:
                 _write(stdout, {"id": request["id"], "error": str(exc)})
                 continue
             if pid == 0:
+                _update_environ(request.get("env"))
                 _child(request["argv"], request.get("credential"), (stdin, stdout, wake_r, wake_w))
             _write(stdout, {"id": request["id"], "pid": pid})
 

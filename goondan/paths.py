@@ -1,6 +1,7 @@
 """Where state lives under the state root (`--state-root`, `GOONDAN_STATE_ROOT`, `~/.goondan`).
 
 <root>/run/                  0700: sockets, lock, orchestrator.json
+<root>/logs/                 0700: daemon.log (rotated), stderr.log (a detached daemon's)
 <root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   conversation (base/events.jsonl)
 <root>/swarms/<swarm>/agents/<agent>/                     the agent's runtime events
 <root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
@@ -118,6 +119,21 @@ class StatePaths(msgspec.Struct, frozen=True):
     @property
     def info_file(self) -> Path:
         return self.run_dir / "orchestrator.json"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def daemon_log(self) -> Path:
+        """The daemon's log (JSON lines, rotated); a detached daemon's agents' too."""
+        return self.logs_dir / "daemon.log"
+
+    @property
+    def stderr_log(self) -> Path:
+        """A detached daemon's own standard output and error: what it prints outside its log
+        (a fatal traceback)."""
+        return self.logs_dir / "stderr.log"
 
     def swarm_dir(self, swarm: str) -> Path:
         return self.root / "swarms" / storage_name(swarm)

@@ -62,6 +62,14 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             "run --hang-timeout",
         ),
     ] = 15.0
+    import_timeout_s: Annotated[
+        Seconds,
+        _doc(
+            "a reload (and `goondan validate`) imports the bundle's Python entries in a "
+            "throwaway process first and is refused if that takes longer than this",
+            "run --import-timeout",
+        ),
+    ] = 10.0
     crash_threshold: Annotated[
         int,
         msgspec.Meta(ge=0),
@@ -215,6 +223,19 @@ class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     runtime_events_flush_count: Annotated[
         int, msgspec.Meta(ge=1), _doc("a batch of runtime events this long is written at once")
     ] = 256
+    daemon_log_rotate_bytes: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc(
+            "`logs/daemon.log` becomes `daemon.log.1` past this (the older ones shift up)",
+            "run --log-rotate-bytes",
+        ),
+    ] = 10 * MiB
+    daemon_log_files: Annotated[
+        int,
+        msgspec.Meta(ge=1),
+        _doc("daemon log files kept: `daemon.log` and the rotated `daemon.log.1`, `.2`, ..."),
+    ] = 5
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -280,8 +301,12 @@ def from_run_args(args: argparse.Namespace) -> Settings:
                 "spawn": args.spawn,
                 "agent_nice": args.agent_nice,
                 "hang_timeout_s": args.hang_timeout,
+                "import_timeout_s": args.import_timeout,
             },
-            "storage": {"durability": args.durability},
+            "storage": {
+                "durability": args.durability,
+                "daemon_log_rotate_bytes": args.log_rotate_bytes,
+            },
         }
     )
 

@@ -189,20 +189,55 @@ class ErrorCode(StrEnum):
 
     # -- bundle loading and validation -----------------------------------------------------
     FILE_NOT_FOUND = "FILE_NOT_FOUND", "bundle", "A bundle file that does not exist."
+    E_CONFIG_CONNECTOR_NO_MAIN = (
+        "E_CONFIG_CONNECTOR_NO_MAIN",
+        "bundle",
+        "A Connector entry without `async def main(ctx)` (deep validation).",
+    )
     E_CONFIG_DUPLICATE_NAME = (
         "E_CONFIG_DUPLICATE_NAME",
         "bundle",
         "Two resources of one kind share a name.",
+    )
+    E_CONFIG_ENTRY_IMPORT = (
+        "E_CONFIG_ENTRY_IMPORT",
+        "bundle",
+        "A tool, extension or connector entry whose import raised (deep validation).",
     )
     E_CONFIG_ENTRY_NOT_FOUND = (
         "E_CONFIG_ENTRY_NOT_FOUND",
         "bundle",
         "A tool, extension or connector entry (or a prompt file) that does not exist.",
     )
+    E_CONFIG_ENTRY_SYNTAX = (
+        "E_CONFIG_ENTRY_SYNTAX",
+        "bundle",
+        "A tool, extension or connector entry (or a module it imports) with a SyntaxError.",
+    )
+    E_CONFIG_ENTRY_TIMEOUT = (
+        "E_CONFIG_ENTRY_TIMEOUT",
+        "bundle",
+        "A tool, extension or connector entry whose import did not finish in time.",
+    )
+    E_CONFIG_EXTENSION_NO_REGISTER = (
+        "E_CONFIG_EXTENSION_NO_REGISTER",
+        "bundle",
+        "An Extension entry without `register(api, config)` (deep validation).",
+    )
     E_CONFIG_FILE_TOO_LARGE = (
         "E_CONFIG_FILE_TOO_LARGE",
         "bundle",
         "A bundle file over the size limit.",
+    )
+    E_CONFIG_HANDLER_MISSING = (
+        "E_CONFIG_HANDLER_MISSING",
+        "bundle",
+        "A Tool export with no handler in the entry's `handlers` (deep validation).",
+    )
+    E_CONFIG_HANDLER_UNDECLARED = (
+        "E_CONFIG_HANDLER_UNDECLARED",
+        "bundle",
+        "A warning: a Tool handler that no export declares, so no model can call it.",
     )
     E_CONFIG_INVALID_NAME = (
         "E_CONFIG_INVALID_NAME",

@@ -6,6 +6,7 @@ message without decoding (or re-encoding) its body. Field names are camelCase on
 
 from __future__ import annotations
 
+import types
 from typing import Annotated, Any, Final, Literal, NamedTuple, TypeVar
 
 import msgspec
@@ -217,22 +218,6 @@ ControlArgs = (
     | ListArgs
     | InstanceDropArgs
 )
-CLI_COMMANDS: Final[dict[str, type[ControlArgs]]] = {
-    "status": StatusArgs,
-    "stop": StopArgs,
-    "restart": RestartArgs,
-    "instance.delete": InstanceDeleteArgs,
-}
-"""The commands of control.sock (`goondan status/stop/restart/instance delete`)."""
-AGENT_COMMANDS: Final[dict[str, type[ControlArgs]]] = {
-    "spawn": SpawnArgs,
-    "list": ListArgs,
-}
-"""What an agent process may ask the orchestrator itself (on agents.sock)."""
-DAEMON_COMMANDS: Final[dict[str, type[ControlArgs]]] = {
-    "instance.drop": InstanceDropArgs,
-}
-"""What the orchestrator asks an agent process (`AgentCalls`)."""
 
 
 class ControlReply(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -324,6 +309,34 @@ class Deleted(msgspec.Struct, frozen=True):
     """The result of `instance.delete`: `swarm/instance` directories removed."""
 
     deleted: list[str]
+
+
+ControlResult = Status | Stopping | Reloaded | Restarted | Deleted | Spawned | Listed | Dropped
+
+
+class Command(NamedTuple):
+    """A control command's declared types: the args it takes, and what an ok reply carries."""
+
+    args: type[ControlArgs]
+    result: type[ControlResult] | types.UnionType  # a result Struct, or a union of them
+
+
+CLI_COMMANDS: Final[dict[str, Command]] = {
+    "status": Command(StatusArgs, Status),
+    "stop": Command(StopArgs, Stopping),
+    "restart": Command(RestartArgs, Reloaded | Restarted),  # (no agent) | (--agent)
+    "instance.delete": Command(InstanceDeleteArgs, Deleted),
+}
+"""The commands of control.sock (`goondan status/stop/restart/instance delete`)."""
+AGENT_COMMANDS: Final[dict[str, Command]] = {
+    "spawn": Command(SpawnArgs, Spawned),
+    "list": Command(ListArgs, Listed),
+}
+"""What an agent process may ask the orchestrator itself (on agents.sock)."""
+DAEMON_COMMANDS: Final[dict[str, Command]] = {
+    "instance.drop": Command(InstanceDropArgs, Dropped),
+}
+"""What the orchestrator asks an agent process (`AgentCalls`)."""
 
 
 # -- message types ------------------------------------------------------------------------

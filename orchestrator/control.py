@@ -16,7 +16,8 @@ import structlog
 from ipc import wire
 from ipc.error_codes import ErrorCode
 
-# A command's handler takes the args Struct `wire.CLI_COMMANDS` declares for it.
+# A command's handler takes the args Struct `wire.CLI_COMMANDS` declares for it, and returns
+# the declared result Struct.
 Handler = Callable[[Any], Awaitable[Any]]
 
 
@@ -27,14 +28,14 @@ class CommandError(Exception):
 
 
 class ControlCommands:
-    """`{command: handler}` for the commands `args_types` declares (`wire.CLI_COMMANDS`)."""
+    """`{command: handler}` for the commands `declared` names (`wire.CLI_COMMANDS`)."""
 
     def __init__(
-        self, handlers: Mapping[str, Handler], args_types: Mapping[str, type[Any]]
+        self, handlers: Mapping[str, Handler], declared: Mapping[str, wire.Command]
     ) -> None:
-        if set(handlers) != set(args_types):
-            raise ValueError(f"handlers for {sorted(handlers)}, commands {sorted(args_types)}")
-        self._handlers = {name: (args_types[name], h) for name, h in handlers.items()}
+        if set(handlers) != set(declared):
+            raise ValueError(f"handlers for {sorted(handlers)}, commands {sorted(declared)}")
+        self._handlers = {name: (declared[name], h) for name, h in handlers.items()}
 
     async def run(self, command: wire.Control) -> wire.ControlReply:
         entry = self._handlers.get(command.command)
@@ -44,9 +45,12 @@ class ControlCommands:
             return wire.ControlReply(
                 False, error=wire.ErrorInfo(ErrorCode.E_UNKNOWN_COMMAND, message)
             )
-        args_type, handler = entry
+        declared, handler = entry
         try:
-            return wire.ControlReply(True, await handler(wire.decode_args(command, args_type)))
+            result = await handler(wire.decode_args(command, declared.args))
+            if not isinstance(result, declared.result):
+                raise TypeError(f"'{command.command}' returned {type(result).__name__}")
+            return wire.ControlReply(True, result)
         except wire.BadArgs as exc:
             return wire.ControlReply(False, error=wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc)))
         except CommandError as exc:

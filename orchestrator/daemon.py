@@ -20,7 +20,8 @@ from collections.abc import Callable
 import msgspec
 import structlog
 
-from goondan.bundle import Bundle, BundleInvalid, Resource, load_bundle
+from goondan.bundle import Bundle, BundleInvalid
+from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.hardening import forbid_inspection
 from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
 from goondan.proctitle import set_title
@@ -36,7 +37,7 @@ from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
 from orchestrator.launcher import AgentLauncher, ConnectorLauncher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
-from orchestrator.reload import agent_fingerprints, connection_fingerprints
+from orchestrator.reload import load_for_reload, swarm_fingerprints
 from orchestrator.router import InFlight, Requester, Router
 from orchestrator.supervisor import Exit, ProcessKind, Supervisor
 from orchestrator.systemd import Notifier
@@ -78,8 +79,10 @@ class Daemon:
         paths: StatePaths,
         settings: Settings = DEFAULTS,
         watch: bool = False,
+        env_files: EnvFiles | None = None,
     ) -> None:
         self.bundle = bundle
+        self.env_files = env_files  # read again by a reload
         self.swarm = bundle.select_swarm(swarm_name)
         self.paths = paths
         self.agent_names = list(bundle.swarm_agents(self.swarm))
@@ -102,10 +105,12 @@ class Daemon:
         # Given `run --input`'s (exit code, answer) as soon as it is known, before the shutdown.
         self.on_answer: Callable[[int, str | None], None] | None = None
         self._stopping = False
-        self._fingerprints = self._fingerprint(bundle, self.swarm)
+        self._fingerprints = swarm_fingerprints(bundle, self.swarm)
         self._reload_lock = asyncio.Lock()
         self._replay_tries: dict[str, int] = {}  # journaled inputs that failed after a restart
         self.notifier = Notifier()
+        # Where children's stdout and stderr go (None: the daemon's stderr); `run --detach`.
+        self.child_output: int | None = None
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -157,6 +162,7 @@ class Daemon:
             self.paths.root,
             self.settings,
             self.bundle.model_providers(),
+            output_fd=self.child_output,
         )
         self.launcher: AgentLauncher = make_launcher(self.settings.daemon.spawn, launch_spec)
         connections = swarm_connections(self.bundle, self.swarm)
@@ -405,16 +411,26 @@ class Daemon:
 
     async def _reload(self, restart_all: bool) -> wire.Reloaded:
         try:
-            # Off the loop: reading and validating files takes as long as the disk does, and
-            # the swarm keeps routing meanwhile.
-            bundle, swarm, prints = await asyncio.to_thread(self._load, self.swarm.name)
-        except BundleInvalid as exc:
+            # Off the loop (a thread, then a probe process that imports the entries): the
+            # swarm keeps routing meanwhile.
+            env = await asyncio.to_thread(self.env_files.read) if self.env_files else None
+            bundle, swarm, prints, warnings = await load_for_reload(
+                self.bundle.root, self.swarm.name, self.settings.daemon.import_timeout_s
+            )
+        except (BundleInvalid, EnvFileError) as exc:
             errors = [e.render() for e in exc.errors]
             self._log.error("reload refused: the bundle does not validate", errors=errors)
             return wire.Reloaded(False, [], [], [], errors)
         except (LookupError, OSError) as exc:
             self._log.error("reload refused", error=str(exc))
             return wire.Reloaded(False, [], [], [], [str(exc)])
+        if warnings:
+            self._log.warning("reload: warnings", warnings=[w.render() for w in warnings])
+        # Every process inherits the environment: new env-file values restart them all.
+        env_changed = self.env_files.apply(env) if self.env_files and env else []
+        if env_changed:
+            self._log.info("env files changed", names=env_changed)  # never the values
+        restart_all = restart_all or bool(env_changed)
         old = self._fingerprints
         added = [n for n in prints if n not in old]
         removed = [n for n in old if n not in prints]
@@ -440,17 +456,6 @@ class Daemon:
         _freeze_long_lived()
         self._log.info("bundle reloaded", restarted=changed, added=added, removed=removed)
         return result
-
-    def _load(self, swarm_name: str) -> tuple[Bundle, Resource, dict[str, str]]:
-        """The bundle as it is on disk now, its swarm and their fingerprints."""
-        bundle = load_bundle(self.bundle.root)
-        swarm = bundle.select_swarm(swarm_name)
-        return bundle, swarm, self._fingerprint(bundle, swarm)
-
-    @staticmethod
-    def _fingerprint(bundle: Bundle, swarm: Resource) -> dict[str, str]:
-        connections = swarm_connections(bundle, swarm)
-        return {**agent_fingerprints(bundle, swarm), **connection_fingerprints(bundle, connections)}
 
     async def restart_agent(self, name: str, *, fresh: bool = False) -> None:
         """Drain and stop the agent's process, then start it again if it was running or has

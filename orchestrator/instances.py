@@ -42,14 +42,14 @@ class InstanceRegistry:
 
     def handle(self, caller: str, command: wire.Control, agents: set[str]) -> wire.ControlReply:
         """`agents__spawn` / `agents__list` from the tools of agent `caller`."""
-        args_type = wire.AGENT_COMMANDS.get(command.command)
-        if args_type is None:
+        declared = wire.AGENT_COMMANDS.get(command.command)
+        if declared is None:
             message = f"unknown agent command '{command.command}'"
             return wire.ControlReply(
                 False, error=wire.ErrorInfo(ErrorCode.E_UNKNOWN_COMMAND, message)
             )
         try:
-            args = wire.decode_args(command, args_type)
+            args = wire.decode_args(command, declared.args)
         except wire.BadArgs as exc:
             return wire.ControlReply(False, error=wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc)))
         if isinstance(args, wire.SpawnArgs):

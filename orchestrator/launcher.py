@@ -47,6 +47,12 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     # The model providers the bundle's Models (and their fallbacks) use: the template imports
     # these SDKs once for every child, and no other (`openai` alone takes most of a second).
     providers: tuple[str, ...] = ()
+    # The children's stdout and stderr (a detached daemon's log pipe); None: the daemon's stderr.
+    output_fd: int | None = None
+
+    @property
+    def output(self) -> int:
+        return sys.stderr.fileno() if self.output_fd is None else self.output_fd
 
     def argv(self, agent: str, parent_pid: int) -> list[str]:
         return [
@@ -117,8 +123,8 @@ class SubprocessLauncher:
                 "--credential-fd",
                 str(fd),
                 stdin=subprocess.DEVNULL,
-                stdout=sys.stderr.fileno(),  # stdout of the daemon is for answers only
-                stderr=None,
+                stdout=self.spec.output,  # stdout of the daemon is for answers only
+                stderr=self.spec.output_fd,
                 pass_fds=(fd,),
             )
         return process  # asyncio's Process already has pid / wait / terminate / kill
@@ -159,8 +165,8 @@ class ConnectorLauncher:
                 "orchestrator.connector_child",
                 *argv,
                 stdin=None if owns_terminal else subprocess.DEVNULL,
-                stdout=None if owns_terminal else sys.stderr.fileno(),
-                stderr=None,
+                stdout=None if owns_terminal else self.spec.output,
+                stderr=self.spec.output_fd,
                 pass_fds=(fd,),
             )
         return process
@@ -182,6 +188,14 @@ def _credential_pipe(credential: bytes) -> Iterator[int]:
         yield read_fd
     finally:
         os.close(read_fd)
+
+
+def _environ_changes(before: dict[str, str]) -> dict[str, str | None]:
+    """Name -> new value (None: unset) for what differs in `os.environ` from `before`."""
+    now = dict(os.environ)
+    changes: dict[str, str | None] = {k: v for k, v in now.items() if before.get(k) != v}
+    changes.update((k, None) for k in before if k not in now)
+    return changes
 
 
 class ZygoteChild:
@@ -302,12 +316,12 @@ def _fork_template(bundle: str) -> ForkedTemplate:
     return ForkedTemplate(pid, os.fdopen(to_child[1], "wb", 0), os.fdopen(to_us[0], "rb", 0))
 
 
-def _spawn_template(bundle: str) -> subprocess.Popen[bytes]:
+def _spawn_template(bundle: str, output_fd: int | None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "agentproc.zygote", str(os.getpid()), bundle],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=None,
+        stderr=output_fd,
     )
 
 
@@ -394,6 +408,9 @@ class ZygoteLauncher:
         self.spec = spec
         self._process: Template | None = None
         self._starting: asyncio.Task[None] | None = None
+        # The environment the template started with: its agents inherit that one, so what
+        # changed since (a reload re-read the env files) travels with each launch.
+        self._environ: dict[str, str] = {}
         self._tasks = TaskSet("zygote launcher")  # the template's start, and its reader
         self._ids = itertools.count(1)
         self._launches: dict[int, asyncio.Future[ZygoteChild]] = {}
@@ -413,7 +430,7 @@ class ZygoteLauncher:
             self._starting = None
 
     async def _start(self) -> None:
-        popen = _take_head_start() or _spawn_template(str(self.spec.bundle))
+        popen = _take_head_start() or _spawn_template(str(self.spec.bundle), self.spec.output_fd)
         process = await Template.adopt(popen)
         # The template loads the bundle and imports the providers its Models use before it says
         # ready; this line (before any launch line) covers a bundle it could not load.
@@ -433,7 +450,9 @@ class ZygoteLauncher:
 
     def _configuration(self, providers: tuple[str, ...]) -> dict[str, Any]:
         # The environment and open-files limit the daemon has now, for its agents to inherit:
-        # a template started early was forked before `goondan run` had set them up.
+        # a template started early was forked before `goondan run` had set them up. Later
+        # changes (a reload re-read the env files) travel with each launch line.
+        self._environ = dict(os.environ)
         return {
             "bundle": str(self.spec.bundle),
             "providers": list(providers),
@@ -456,13 +475,14 @@ class ZygoteLauncher:
         request_id = next(self._ids)
         future: asyncio.Future[ZygoteChild] = asyncio.get_running_loop().create_future()
         self._launches[request_id] = future
-        process.send(
-            {
-                "id": request_id,
-                "argv": self.spec.argv(agent, process.pid),
-                "credential": credential.decode(),
-            }
-        )
+        line: dict[str, Any] = {
+            "id": request_id,
+            "argv": self.spec.argv(agent, process.pid),
+            "credential": credential.decode(),
+        }
+        if os.environ != self._environ:
+            line["env"] = _environ_changes(self._environ)
+        process.send(line)
         try:
             return await future
         finally:

@@ -2,6 +2,7 @@
 
 bundle = load_bundle("configs/quickstart")      # raises BundleInvalid(errors)
 swarm = bundle.select_swarm(None)
+problems = probe_entries(bundle)               # import the Python entries in a child process
 """
 
 from goondan.bundle.bundle import Bundle
@@ -39,6 +40,8 @@ from goondan.bundle.model import (
     ToolSpec,
     ValueSource,
 )
+from goondan.bundle.probe import DEFAULT_TIMEOUT_S as PROBE_TIMEOUT_S
+from goondan.bundle.probe import bundle_entries, probe_entries, probe_entries_async
 from goondan.bundle.refs import parse_ref
 from goondan.bundle.values import resolve_value
 
@@ -63,6 +66,7 @@ __all__ = [
     "ModelCapabilities",
     "ModelSpec",
     "ObjectRef",
+    "PROBE_TIMEOUT_S",
     "PackageDependency",
     "PackageRegistry",
     "PackageSpec",
@@ -76,7 +80,10 @@ __all__ = [
     "ToolExport",
     "ToolSpec",
     "ValueSource",
+    "bundle_entries",
     "load_bundle",
     "parse_ref",
+    "probe_entries",
+    "probe_entries_async",
     "resolve_value",
 ]

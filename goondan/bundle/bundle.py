@@ -15,6 +15,8 @@ from goondan.bundle.model import (
 )
 from goondan.bundle.reading import read_regular_file
 
+REQUIRED_TOOLS_GUARD = ObjectRef("Extension", "required-tools-guard", "@goondan/base")
+
 
 class Bundle:
     """Resources of a bundle directory plus the packages it depends on (e.g. `@goondan/base`).
@@ -105,6 +107,20 @@ class Bundle:
     def agent_tools(self, agent: Resource) -> list[Resource]:
         spec: AgentSpec = agent.spec
         return [self.resolve(item.ref, agent.package) for item in spec.tools]
+
+    def agent_extensions(self, agent: Resource) -> list[Resource]:
+        """The Extensions the agent's process loads: those it lists, plus `@goondan/base`'s
+        required-tools guard that `spec.requiredTools` implies (see agentproc.extensions)."""
+        spec: AgentSpec = agent.spec
+        listed = [self.resolve(item.ref, agent.package) for item in spec.extensions]
+        if spec.required_tools and not any(
+            r.name == REQUIRED_TOOLS_GUARD.name and r.package == REQUIRED_TOOLS_GUARD.package
+            for r in listed
+        ):
+            guard = self.find(REQUIRED_TOOLS_GUARD)
+            if guard is not None:
+                listed.append(guard)
+        return listed
 
     def system_prompt(self, agent: Resource) -> str | None:
         """`prompt.system`, or the text of `prompt.systemRef` (read relative to the bundle root)."""

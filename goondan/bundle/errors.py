@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 
@@ -14,6 +16,8 @@ class ConfigError(msgspec.Struct, frozen=True):
     line: int | None = None
     path: str | None = None
     suggestion: str | None = None
+    # "warning": shown, never fails validation (a Tool handler that no export declares).
+    severity: Literal["error", "warning"] = "error"
 
     def render(self) -> str:
         """`goondan.yaml:12: Agent/coder.spec.tools[1].ref: ... (E_CONFIG_REF_NOT_FOUND)`."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from datetime import UTC, datetime
@@ -11,17 +12,25 @@ from datetime import UTC, datetime
 import msgspec
 
 from goondan.cli.client import ControlClient, NotRunning, daemon_running
+from goondan.cli.prompt import confirm, declined
 from goondan.paths import StatePaths
 from ipc import wire, zmtp
 from ipc.error_codes import ErrorCode
 
 EXIT_FAILED = 1
 EXIT_NOT_RUNNING = 2
+EXIT_USAGE = 2
+
+
+class InputTooLarge(Exception):
+    pass
 
 
 def dispatch(args: argparse.Namespace) -> int:
     paths = StatePaths.at(args.state_root)
     try:
+        if args.command == "send":
+            args.text = read_input(args.text, args.input_file)
         with ControlClient(paths) as client:
             if args.command == "send":
                 return _send(client, args)
@@ -36,12 +45,42 @@ def dispatch(args: argparse.Namespace) -> int:
     except TimeoutError as exc:
         print(f"goondan: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except zmtp.MessageTooLarge as exc:
+    except (zmtp.MessageTooLarge, InputTooLarge) as exc:
         print(
             f"goondan: {ErrorCode.MESSAGE_TOO_LARGE}: the request is not sent: {exc}",
             file=sys.stderr,
         )
         return EXIT_FAILED
+    except (OSError, UnicodeDecodeError) as exc:  # the input file or stdin
+        print(f"goondan: cannot read the input: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def read_input(text: str | None, input_file: str | None) -> str:
+    """The input of `send`: TEXT, or all of stdin (`-`) or of a file, as UTF-8. One command
+    line argument holds at most 128 KiB; these hold up to the message limit, and no more is
+    read (an endless or huge stream is refused once it passes the limit)."""
+    source = input_file if input_file is not None else text
+    if source is None or (input_file is None and source != "-"):
+        return source or ""
+    limit = zmtp.MAX_MESSAGE_BYTES
+    if source == "-":
+        where, data = "stdin", sys.stdin.buffer.read(limit + 1)
+    else:
+        where = source
+        with open(source, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > limit:
+                raise InputTooLarge(f"{where} holds {size:,} bytes, over the {limit:,}-byte limit")
+            data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputTooLarge(f"{where} holds more than the {limit:,}-byte limit")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnicodeDecodeError(
+            exc.encoding, exc.object, exc.start, exc.end, f"{where} is not UTF-8 text"
+        ) from None
 
 
 def _send(client: ControlClient, args: argparse.Namespace) -> int:
@@ -108,6 +147,10 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
 
 
 def _restart(client: ControlClient, args: argparse.Namespace) -> int:
+    if args.agent and args.fresh:
+        question = f"Delete every conversation of agent '{args.agent}' and restart it?"
+        if not confirm(question, yes=args.yes):
+            return declined()
     command_args = wire.RestartArgs(args.agent, args.fresh) if args.agent else wire.RestartArgs()
     reply = client.command("restart", command_args, timeout_s=600)
     if not reply.ok:
@@ -127,17 +170,47 @@ def _restart(client: ControlClient, args: argparse.Namespace) -> int:
 
 
 def _stop(client: ControlClient, paths: StatePaths, args: argparse.Namespace) -> int:
+    """Ask the daemon to stop, and return once its process has exited: its lock released and
+    its pid gone, so a `goondan run` right after finds nothing of it."""
+    pid = _daemon_pid(paths)  # before the daemon removes the file
     reply = client.command("stop")
     if not reply.ok:
         print(f"goondan: {msgspec.json.encode(reply.error).decode()}", file=sys.stderr)
         return EXIT_FAILED
     deadline = time.monotonic() + args.timeout
-    while daemon_running(paths):
+    while daemon_running(paths) or (pid is not None and _alive(pid)):
         if time.monotonic() > deadline:
+            which = f" (pid {pid})" if pid is not None else ""
             print(
-                f"goondan: the orchestrator did not stop within {args.timeout:g}s", file=sys.stderr
+                f"goondan: the orchestrator{which} did not exit within {args.timeout:g}s",
+                file=sys.stderr,
             )
             return EXIT_FAILED
         time.sleep(0.05)
     print("stopped", file=sys.stderr)
     return 0
+
+
+def _daemon_pid(paths: StatePaths) -> int | None:
+    """The running daemon's pid from `run/orchestrator.json`; None when it cannot be read."""
+    try:
+        pid = json.loads(paths.info_file.read_bytes()).get("pid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs; a zombie (exited, not yet reaped by its parent) has
+    exited."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it exists
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: kill(0) said it exists

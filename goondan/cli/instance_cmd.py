@@ -1,4 +1,4 @@
-"""`goondan instance list|delete`: the conversations stored under the state root."""
+"""`goondan instance list|show|delete`: the conversations stored under the state root."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from agentproc.conversation import read_messages
 from goondan.cli.client import ControlClient, daemon_running
+from goondan.cli.prompt import confirm, declined
+from goondan.cli.transcript import render_conversation
 from goondan.paths import BadInstanceKey, StatePaths, key_of, storage_name
 from goondan.settings import DEFAULTS
 from ipc import wire
@@ -20,6 +24,8 @@ def run_instance(args: argparse.Namespace) -> int:
     paths = StatePaths.at(args.state_root)
     if args.action == "list":
         return _list(paths, args)
+    if args.action == "show":
+        return _show(paths, args)
     return _delete(paths, args)
 
 
@@ -60,12 +66,76 @@ def _list(paths: StatePaths, args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(paths: StatePaths, args: argparse.Namespace) -> int:
+    try:
+        name = storage_name(args.key)
+    except BadInstanceKey as exc:
+        print(f"goondan: {exc.code}: {exc}", file=sys.stderr)
+        return 1
+    swarms = [s for s in paths.stored_swarms(args.key) if args.swarm in (None, s)]
+    if not swarms:
+        where = f"swarm '{args.swarm}' under {paths.root}" if args.swarm else str(paths.root)
+        print(f"goondan: no stored instance '{args.key}' in {where}", file=sys.stderr)
+        return 1
+    # One conversation per (swarm, agent): the agents of an instance each keep their own.
+    found = [
+        (swarm, agent)
+        for swarm in swarms
+        for agent in sorted(
+            d for d in (paths.root / "swarms" / swarm / "instances" / name).iterdir()
+        )
+        if agent.is_dir() and args.agent in (None, agent.name)
+    ]
+    if not found:
+        agents = sorted(
+            d.name
+            for swarm in swarms
+            for d in (paths.root / "swarms" / swarm / "instances" / name).iterdir()
+            if d.is_dir()
+        )
+        print(
+            f"goondan: instance '{args.key}' has no conversation of agent '{args.agent}' "
+            f"(its agents: {', '.join(agents) or 'none'}) under {paths.root}",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        rows = [
+            {
+                "swarm": swarm,
+                "instanceKey": args.key,
+                "agent": agent.name,
+                "messages": msgspec.to_builtins(read_messages(agent)),
+            }
+            for swarm, agent in found
+        ]
+        print(json.dumps(rows, ensure_ascii=False, indent=2 if sys.stdout.isatty() else None))
+        return 0
+    for index, (swarm, agent) in enumerate(found):
+        messages = read_messages(agent)
+        if index:
+            print()
+        count = f"{len(messages)} message{'s' if len(messages) != 1 else ''}"
+        print(f"=== {swarm}/{args.key} · agent {agent.name} · {count} ===")
+        for line in render_conversation(messages, full=args.full):
+            print(line)
+    return 0
+
+
 def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
     try:
         storage_name(args.key)
     except BadInstanceKey as exc:
         print(f"goondan: {exc.code}: {exc}", file=sys.stderr)
         return 1
+    stored = [s for s in paths.stored_swarms(args.key) if args.swarm in (None, s)]
+    if not stored and not daemon_running(paths):
+        print(f"goondan: no stored instance '{args.key}' under {paths.root}", file=sys.stderr)
+        return 1
+    what = f"instance '{args.key}'" + (f" in swarm {', '.join(stored)}" if stored else "")
+    workdir = " and its tool workdir" if args.workdir else ""
+    if not confirm(f"Delete the conversations of {what}{workdir}?", yes=args.yes):
+        return declined()
     if daemon_running(paths):
         # The daemon's agents may hold the conversation in memory: they drop it first.
         with ControlClient(paths) as client:
@@ -81,11 +151,7 @@ def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
         for name in wire.decode_result(reply, wire.Deleted).deleted:
             print(f"deleted {name}")
         return 0
-    swarms = [s for s in paths.stored_swarms(args.key) if args.swarm in (None, s)]
-    if not swarms:
-        print(f"goondan: no stored instance '{args.key}' under {paths.root}", file=sys.stderr)
-        return 1
-    for swarm in swarms:
+    for swarm in stored:
         paths.delete_instance(swarm, args.key, workdir=args.workdir)
         print(f"deleted {swarm}/{storage_name(args.key)}")
     return 0

@@ -89,7 +89,11 @@ def run_logs(args: argparse.Namespace) -> int:
     ]
     events = sorted(history + scan(), key=lambda e: e.timestamp)
     if not sources and not history and not args.follow:
-        print(f"goondan: no runtime events under {paths.root}", file=sys.stderr)
+        print(
+            f"goondan: no runtime events under {paths.root} "
+            f"(the daemon's own log is {paths.daemon_log})",
+            file=sys.stderr,
+        )
         return 1
     for event in events[-args.lines :] if args.lines else events:
         _print(event, json_out)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from goondan.settings import DEFAULTS
@@ -11,18 +14,43 @@ from goondan.settings import DEFAULTS
 DESCRIPTION = """\
 Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ between them.
 
+  goondan init ./my-bundle              write a starter bundle (--list: the templates)
   goondan validate ./my-bundle          check a bundle (goondan.yaml) and exit
   goondan run ./my-bundle               run the swarm in the foreground until Ctrl-C
   goondan run ./my-bundle --input "hi"  answer one input, then stop
+  goondan run ./my-bundle --detach      run the swarm in the background (logs: ~/.goondan/logs)
   goondan send "hello"                  ask the running swarm (the reply goes to stdout)
   goondan status                        processes of the running swarm
   goondan restart [--agent NAME]        reload the bundle / restart one agent
   goondan stop                          stop the running swarm cleanly
   goondan logs [-f] [--trace ID]        turns, steps and tool calls as they happen
-  goondan instance list|delete KEY      stored conversations
+  goondan instance list|show|delete     stored conversations
+  goondan doctor [./my-bundle]          check everything `run` needs, one line per check
+
+Every command's --help says what it prints on a terminal and on a pipe, and its exit codes.
+Ctrl-C ends a command with exit 130 (`run` stops the swarm cleanly; `logs -f` exits 0).
 """
 
 STATE_ROOT_HELP = "state directory (default: $GOONDAN_STATE_ROOT, else ~/.goondan)"
+EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by SIGINT (128 + 2)
+CONFIRM_HELP = "do not ask before deleting (on a terminal it asks; elsewhere it never does)"
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Wraps each line of a description or epilog on its own: long descriptions still flow,
+    and the `prints:` / `exit:` lines of an epilog stay lines (continued under a hanging
+    indent)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return "\n".join(
+            textwrap.fill(
+                line,
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent + ("  " if line.startswith(("prints:", "exit:")) else ""),
+            )
+            for line in text.splitlines()
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,19 +62,77 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-V", "--version", action=_Version, nargs=0, help="print the version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("validate", help="check a bundle and report every problem")
+    p = sub.add_parser(
+        "init",
+        help="write a starter bundle from a template",
+        description="Write a bundle that validates and runs at once into DIR, from a template "
+        "shipped with goondan. Nothing is overwritten: if any file it would write exists, it "
+        "writes nothing. --list prints each template's name and a one-line description.",
+        formatter_class=HelpFormatter,
+        epilog="prints: the files written and the commands to try next, the same on a terminal "
+        "and on a pipe\n"
+        "exit: 0 written, 1 nothing written (a file is in the way, or cannot be written), "
+        "2 bad usage, such as an unknown template (the list goes to stderr)",
+    )
+    p.add_argument(
+        "dir",
+        nargs="?",
+        default=".",
+        help="directory to write into, created if needed (default: .)",
+    )
+    p.add_argument(
+        "-t", "--template", metavar="NAME", help="the template (default: quickstart; see --list)"
+    )
+    p.add_argument("--list", action="store_true", help="list the templates and exit")
+
+    p = sub.add_parser(
+        "validate",
+        help="check a bundle and report every problem",
+        description="Load the bundle and its env files (.env, .env.local, --env-file), then "
+        "import its Python entries (tools, extensions, connectors) in a throwaway process with "
+        "a time limit, and report every problem with its file:line: syntax and import errors, "
+        "Tool exports without a handler, Extensions without `register`, Connectors without "
+        "`main`; a handler no export declares is a warning.",
+        formatter_class=HelpFormatter,
+        epilog="prints: each problem with its file:line, then the verdict; the same text on a "
+        "terminal and on a pipe (--format json: {valid, errors, warnings})\n"
+        "exit: 0 valid (warnings allowed), 1 not valid, 2 bad usage",
+    )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
     )
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format")
+    _env_file_argument(p)
+    p.add_argument(
+        "--no-import",
+        dest="deep",
+        action="store_false",
+        help="check the YAML and the files only: do not import the Python entries",
+    )
+    p.add_argument(
+        "--import-timeout",
+        type=_seconds,
+        default=DEFAULTS.daemon.import_timeout_s,
+        metavar="SECONDS",
+        help="time limit for importing all entries (default: %(default)g)",
+    )
 
     p = sub.add_parser(
         "run",
-        help="run the orchestrator in the foreground",
+        help="run the orchestrator (in the foreground, or in the background with --detach)",
         description="Run the orchestrator in the foreground until SIGTERM/SIGINT or "
         "`goondan stop`. "
         "Agent processes start on demand (first input or first delegate to them). "
-        "Logs go to stderr (JSON lines when stderr is not a terminal).",
+        "Logs go to stderr (JSON lines when stderr is not a terminal) and, as JSON lines, "
+        "to <state-root>/logs/daemon.log (rotated). With --detach: in the background. "
+        "Env files: <bundle dir>/.env, .env.local and --env-file, under the process "
+        "environment.",
+        formatter_class=HelpFormatter,
+        epilog="prints: logs on stderr, readable on a terminal, JSON lines on a pipe or file; "
+        "with --input the answer on stdout (on a terminal, streamed as it is written); with "
+        "--detach `pid N` and `log PATH`\n"
+        "exit: 0 stopped cleanly (--input: answered; --detach: running), 1 could not start "
+        "(the reason on stderr; --input: the request failed), 2 bad usage",
     )
     p.add_argument(
         "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
@@ -55,7 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--swarm", help="swarm to run (default: the one named `default`, or the only one)"
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
-    p.add_argument("--input", help="answer this one input on stdout, then shut down")
+    once = p.add_mutually_exclusive_group()
+    once.add_argument("--input", help="answer this one input on stdout, then shut down")
+    once.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the orchestrator in the background and return once it is ready: prints "
+        "`pid N` and `log PATH` (the same on a pipe and a terminal), exits 0; exits 1 with "
+        "the reason when it cannot start (the bundle's errors, another orchestrator "
+        "running...). Its log is <state-root>/logs/daemon.log; stop it with `goondan stop`",
+    )
+    _env_file_argument(p)
     p.add_argument(
         "--transcript",
         action="store_true",
@@ -92,6 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: %(default)g)",
     )
     p.add_argument(
+        "--import-timeout",
+        type=_seconds,
+        default=DEFAULTS.daemon.import_timeout_s,
+        metavar="SECONDS",
+        help="a reload first imports the bundle's Python entries in a throwaway process and is "
+        "refused when that takes longer (default: %(default)g)",
+    )
+    p.add_argument(
         "--agent-nice",
         type=_nice,
         default=DEFAULTS.daemon.agent_nice,
@@ -103,14 +207,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level", help="debug, info, warning or error (default: $GOONDAN_LOG_LEVEL or info)"
     )
+    p.add_argument(
+        "--log-rotate-bytes",
+        type=_positive_int,
+        default=DEFAULTS.storage.daemon_log_rotate_bytes,
+        metavar="BYTES",
+        help="<state-root>/logs/daemon.log becomes daemon.log.1 past this size; "
+        f"{DEFAULTS.storage.daemon_log_files} files are kept (default: %(default)s)",
+    )
 
     p = sub.add_parser(
         "send",
         help="send text to the running swarm and print the reply",
-        description="Deliver TEXT to an agent of the running swarm (default: its entry agent) "
-        "and print the reply on stdout. Exits 1 if the request fails, 2 if no daemon runs.",
+        description="Deliver an input to an agent of the running swarm (default: its entry "
+        "agent) and print the reply on stdout. The input is TEXT, stdin (TEXT '-') or a file "
+        "(--input-file), up to the 64 MiB message limit.",
+        formatter_class=HelpFormatter,
+        epilog="prints: the reply on stdout; on a terminal it appears as a streaming model "
+        "writes it, with tool progress on stderr (--stream); on a pipe, the whole reply once\n"
+        "exit: 0 answered, 1 the request failed (the error on stderr), 2 no orchestrator "
+        "running or bad usage, 130 Ctrl-C",
     )
-    p.add_argument("text", help="the input for the agent; '-' reads it from stdin")
+    p.add_argument("text", nargs="?", help="the input for the agent; '-' reads it from stdin")
+    p.add_argument(
+        "--input-file",
+        metavar="FILE",
+        help="read the input from FILE (UTF-8; '-' is stdin) instead of TEXT",
+    )
     p.add_argument("--agent", help="agent to ask (default: the swarm's entry agent)")
     p.add_argument(
         "--instance", default="cli", help="conversation (instanceKey) to use (default: cli)"
@@ -130,8 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
-    p = sub.add_parser("status", help="show the orchestrator and its processes")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser(
+        "status",
+        help="show the orchestrator and its processes",
+        formatter_class=HelpFormatter,
+        epilog="prints: a table on a terminal; one line of JSON on a pipe or file (--json: "
+        "JSON on a terminal too, indented)\n"
+        "exit: 0 done, 1 failed, 2 no orchestrator running or bad usage, 130 Ctrl-C",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser(
@@ -140,18 +270,31 @@ def build_parser() -> argparse.ArgumentParser:
         description="Without --agent: reload the bundle (like SIGHUP) and restart only the "
         "agents whose resources changed; a bundle that does not validate is refused and the "
         "swarm keeps running as it was. With --agent: drain and restart that agent.",
+        formatter_class=HelpFormatter,
+        epilog="prints: one line saying what was restarted, the same on a terminal and on a "
+        "pipe. --fresh asks first when stdin and stderr are terminals; elsewhere (scripts) it "
+        "deletes without asking\n"
+        "exit: 0 done, 1 refused or failed (or answered no), 2 no orchestrator running or bad "
+        "usage, 130 Ctrl-C",
     )
     p.add_argument("--agent", help="restart only this agent")
     p.add_argument(
         "--fresh", action="store_true", help="with --agent: also delete its conversations"
     )
+    p.add_argument("-y", "--yes", action="store_true", help=CONFIRM_HELP)
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser(
         "logs",
         help="show runtime events (turns, steps, tool calls)",
-        description="Show the runtime events of stored instances: readable on a terminal, "
-        "JSON lines otherwise. Works with or without a running daemon.",
+        description="Show the runtime events of stored instances. Works with or without a "
+        "running daemon. The daemon's own log (start, stop, crashes; a detached daemon's "
+        "agents' output too) is another file: <state-root>/logs/daemon.log, JSON lines, "
+        "rotated to daemon.log.1, .2, ...",
+        formatter_class=HelpFormatter,
+        epilog="prints: one readable line per event on a terminal; JSON lines on a pipe or "
+        "file (--json: JSON lines on a terminal too). Piping into `head` is fine\n"
+        "exit: 0 done (Ctrl-C ends -f with 0 too), 1 no runtime events stored, 2 bad usage",
     )
     p.add_argument("--agent", help="only this agent")
     p.add_argument("--instance", help="only this instanceKey")
@@ -161,23 +304,110 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="JSON lines even on a terminal")
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
-    p = sub.add_parser("instance", help="list or delete stored conversations")
+    p = sub.add_parser("instance", help="list, show or delete stored conversations")
     inst = p.add_subparsers(dest="action", metavar="ACTION", required=True)
-    q = inst.add_parser("list", help="stored instances: swarm, key, agents, messages")
-    q.add_argument("--json", action="store_true", help="print JSON")
+    q = inst.add_parser(
+        "list",
+        help="stored instances: swarm, key, agents, messages",
+        formatter_class=HelpFormatter,
+        epilog="prints: a table on a terminal; one line of JSON on a pipe or file (--json: "
+        "JSON on a terminal too)\n"
+        "exit: 0 done (also when none is stored), 2 bad usage",
+    )
+    q.add_argument("--json", action="store_true", help="print JSON even on a terminal")
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
     q = inst.add_parser(
-        "delete", help="delete an instance's conversations (a running daemon drops it first)"
+        "show",
+        help="print a stored conversation: messages, tool calls and results",
+        description="Print the conversation of instance KEY, agent by agent: each message's "
+        "role and text, the tool calls (name and arguments) and their results. Long contents "
+        "are cut (--full shows them whole). Works with or without a running daemon.",
+        formatter_class=HelpFormatter,
+        epilog="prints: the same readable text on a terminal and on a pipe (--json: the "
+        "messages as JSON, complete)\n"
+        "exit: 0 done, 1 no such instance (or agent) stored, 2 bad usage",
+    )
+    q.add_argument("key", help="the instanceKey")
+    q.add_argument("--agent", help="only this agent's conversation")
+    q.add_argument("--swarm", help="only in this swarm")
+    q.add_argument("--full", action="store_true", help="do not cut long contents")
+    q.add_argument("--json", action="store_true", help="print the messages as JSON")
+    q.add_argument("--state-root", help=STATE_ROOT_HELP)
+    q = inst.add_parser(
+        "delete",
+        help="delete an instance's conversations (a running daemon drops it first)",
+        formatter_class=HelpFormatter,
+        epilog="prints: one `deleted SWARM/KEY` line per instance deleted, on a terminal and on "
+        "a pipe. Asks first when stdin and stderr are terminals; elsewhere (scripts) it "
+        "deletes without asking\n"
+        "exit: 0 deleted, 1 nothing stored under that key, or answered no, 2 bad usage, "
+        "130 Ctrl-C",
     )
     q.add_argument("key", help="the instanceKey")
     q.add_argument("--swarm", help="only in this swarm")
     q.add_argument("--workdir", action="store_true", help="also delete its tool workdir")
+    q.add_argument("-y", "--yes", action="store_true", help=CONFIRM_HELP)
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
 
-    p = sub.add_parser("stop", help="stop the running orchestrator cleanly")
+    p = sub.add_parser(
+        "doctor",
+        help="check the installation, state root, bundle, env vars, endpoints and ports",
+        description="Check what `goondan run` needs, one line per check: ok, warn or fail, "
+        "what was checked, and how to fix it. Checks: Python and dependency versions, the "
+        "state root (owner, permissions, free space, a stale lock, a running daemon), the "
+        "bundle, every environment variable it reads (set or not, and from where: never the "
+        "value), each model endpoint (which one and why, reachable), connector ports (free), "
+        "and systemd hints. Env files are read as `goondan run` reads them. Without --online "
+        "nothing is sent to an endpoint but a TCP connect: no credentials leave the machine; "
+        "with --online, one authenticated call lists its models.",
+        formatter_class=HelpFormatter,
+        epilog="prints: aligned text, coloured on a terminal and plain on a pipe (--json: "
+        "the checks as JSON)\n"
+        "exit: 0 no check failed (warnings do not fail), 1 a check failed, 2 bad usage",
+    )
+    p.add_argument(
+        "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
+    )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
-    p.add_argument("--timeout", type=_seconds, default=330.0, help="seconds to wait for it to exit")
+    p.add_argument(
+        "--online",
+        action="store_true",
+        help="also make one cheap authenticated call per model endpoint (lists its models) "
+        "to check that the API key is accepted",
+    )
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    _env_file_argument(p)
+
+    p = sub.add_parser(
+        "stop",
+        help="stop the running orchestrator cleanly",
+        description="Ask the running orchestrator to stop (it drains its agents) and wait "
+        "until its process has exited (the pid in run/orchestrator.json).",
+        formatter_class=HelpFormatter,
+        epilog="prints: `stopped` on stderr once its process has exited, the same on a terminal "
+        "and on a pipe\n"
+        "exit: 0 stopped, 1 it did not exit within --timeout, 2 no orchestrator running or bad "
+        "usage",
+    )
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+    p.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=330.0,
+        help="seconds to wait for it to exit (default: %(default)g)",
+    )
     return parser
+
+
+def _env_file_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--env-file",
+        action="append",
+        metavar="FILE",
+        help="read environment variables from FILE (repeatable; a later file wins); "
+        "<bundle dir>/.env and .env.local are always read; the process environment wins "
+        "over every file",
+    )
 
 
 def _seconds(text: str) -> float:
@@ -188,6 +418,16 @@ def _seconds(text: str) -> float:
         value = float("nan")
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
     return value
 
 
@@ -217,15 +457,54 @@ def _version() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """The command line, with the endings of a shell tool: a reader that stops reading (`|
+    head`) ends it quietly, Ctrl-C ends it with exit 130; neither prints a traceback."""
+    try:
+        try:
+            return _run_command(argv)
+        finally:
+            # Here, where a closed pipe is caught, not at the interpreter's exit (also after
+            # `--help` or a usage error, which argparse ends with SystemExit).
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's "Note on SIGPIPE": stdout is pointed at /dev/null, so the flush at exit
+        # does not fail (and print) again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 0
+    except KeyboardInterrupt:
+        # A second Ctrl-C from here on would raise in the middle of the exit.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return EXIT_INTERRUPTED
+
+
+def _run_command(argv: Sequence[str] | None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "init":
+        from goondan.cli.init_cmd import run_init
+
+        return run_init(args.dir, args.template, args.list)
     if args.command == "validate":
         from goondan.cli.validate_cmd import run_validate
 
-        return run_validate(args.path, args.format, sys.stdout)
+        return run_validate(
+            args.path,
+            args.format,
+            sys.stdout,
+            args.env_file or (),
+            deep=args.deep,
+            import_timeout_s=args.import_timeout,
+        )
     if args.command == "run":
         from goondan.cli.run_cmd import run
 
         return run(args)
+    if args.command == "doctor":
+        from goondan.cli.doctor_cmd import run_doctor
+
+        return run_doctor(args)
     if args.command == "logs":
         from goondan.cli.logs_cmd import run_logs
 
@@ -234,8 +513,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from goondan.cli.instance_cmd import run_instance
 
         return run_instance(args)
-    if args.command == "send" and args.text == "-":
-        args.text = sys.stdin.read()  # input of any size (one argument is at most 128 KiB)
+    if args.command == "send" and (args.text is None) == (args.input_file is None):
+        print(
+            "goondan send: give one input: TEXT, '-' (stdin) or --input-file FILE", file=sys.stderr
+        )
+        return 2
     from goondan.cli import daemon_cmds
 
     return daemon_cmds.dispatch(args)

@@ -1,14 +1,20 @@
-"""A readable transcript of one request across every agent it reached (`run --transcript`)."""
+"""Readable conversations: one request across every agent it reached (`run --transcript`), and
+a stored instance's conversations (`instance show`)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from agentproc.conversation import read_messages
 from agentproc.messages import Message
 from goondan.paths import StatePaths
 
 _MAX = 160
+# `instance show` cuts a content past this many lines or characters (--full shows it whole).
+SHOW_LINES = 12
+SHOW_CHARS = 1200
+SHOW_ARGS_CHARS = 300
 
 
 def render_transcript(paths: StatePaths, swarm: str, trace_id: str) -> str:
@@ -22,6 +28,56 @@ def render_transcript(paths: StatePaths, swarm: str, trace_id: str) -> str:
                 sections.append((float(metadata.get("receivedAt", 0)), lines))
     sections.sort(key=lambda section: section[0])
     return "\n".join(line for _, lines in sections for line in lines)
+
+
+def render_conversation(messages: list[Message], *, full: bool = False) -> list[str]:
+    """One agent's conversation for a reader: each message under its role (a user input with
+    its source), tool calls as `-> name args`, each result under `tool NAME: status`; long
+    contents are cut unless `full`."""
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    lines: list[str] = []
+    for message in messages:
+        if message.role == "tool":
+            status, body = tool_result(message)
+            name = names.get(message.tool_call_id or "") or message.metadata.get("toolName", "?")
+            lines.append(f"tool {name}: {status}")
+            lines += _indented(body, full)
+            continue
+        source = message.metadata.get("source") if message.role == "user" else None
+        lines.append(f"{message.role} ({source}):" if source else f"{message.role}:")
+        if message.content or not message.tool_calls:
+            lines += _indented(message.content or "", full)
+        lines += [
+            f"  -> {call.name} {_cut_line(call.arguments, full)}" for call in message.tool_calls
+        ]
+    return lines
+
+
+def tool_result(message: Message) -> tuple[str, str]:
+    """A tool message's status and its output (or error) as text: a string as it is, any
+    other value as JSON."""
+    try:
+        result: Any = json.loads(message.content or "{}")
+    except ValueError:
+        return "?", message.content or ""
+    if not isinstance(result, dict) or "status" not in result:
+        return "?", message.content or ""
+    body = result.get("output") if result.get("status") == "ok" else result.get("error")
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    return str(result.get("status")), text
+
+
+def _indented(text: str, full: bool) -> list[str]:
+    if not full and (len(text) > SHOW_CHARS or text.count("\n") >= SHOW_LINES):
+        kept = "\n".join(text.split("\n")[:SHOW_LINES])[:SHOW_CHARS]
+        text = f"{kept}\n… ({len(text) - len(kept):,} more chars)"
+    return ["  " + line for line in text.split("\n")]
+
+
+def _cut_line(text: str, full: bool) -> str:
+    if full or len(text) <= SHOW_ARGS_CHARS:
+        return text
+    return f"{text[:SHOW_ARGS_CHARS]}… ({len(text) - SHOW_ARGS_CHARS:,} more chars)"
 
 
 def _turns(messages: list[Message]) -> list[list[Message]]:
@@ -38,12 +94,10 @@ def _lines(message: Message) -> list[str]:
     if message.role == "user":
         return [f"user: {_clip(message.content or '')}"]
     if message.role == "tool":
-        try:
-            result = json.loads(message.content or "{}")
-        except ValueError:
-            return [f"  <- {_clip(message.content or '')}"]
-        body = result.get("output") if result.get("status") == "ok" else result.get("error")
-        return [f"  <- {result.get('status')}: {_clip(json.dumps(body, ensure_ascii=False))}"]
+        status, body = tool_result(message)
+        if status == "?":
+            return [f"  <- {_clip(body)}"]
+        return [f"  <- {status}: {_clip(body)}"]
     lines = [f"assistant: {_clip(message.content)}"] if message.content else []
     lines += [f"  -> {call.name} {_clip(call.arguments)}" for call in message.tool_calls]
     return lines

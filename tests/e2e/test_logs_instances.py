@@ -71,6 +71,7 @@ def test_logs_merges_files_by_time_and_filters(state_root):
     assert json.loads(only)["type"] == "turn.completed"
     empty = goondan("logs", "--state-root", str(state_root / "nothing"))
     assert empty.returncode == 1 and "no runtime events" in empty.stderr
+    assert str(state_root / "nothing" / "logs" / "daemon.log") in empty.stderr
 
 
 def test_one_request_traced_across_agents(state_root):

@@ -8,7 +8,7 @@ from tests.e2e.conftest import QUICKSTART, goondan
 
 def test_validate_the_quickstart():
     proc = goondan("validate", str(QUICKSTART), "--format", "json", check=True)
-    assert json.loads(proc.stdout) == {"valid": True, "errors": []}
+    assert json.loads(proc.stdout) == {"valid": True, "errors": [], "warnings": []}
 
 
 def test_one_shot_run_answers_with_a_tool_call_and_a_delegation(state_root):

@@ -136,6 +136,19 @@ class FakeAnthropicServer(LlmServer, _AnthropicScripting):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._serve)
+        app.router.add_get("/v1/models", self._models)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        """`GET /v1/models` (what `goondan doctor --online` calls): key and version checks."""
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        key = _api_key(headers)
+        if not key:
+            return _error(401, "authentication_error", "x-api-key header is required")
+        if self._api_key is not None and key != self._api_key:
+            return _error(401, "authentication_error", "invalid x-api-key")
+        if "anthropic-version" not in headers:
+            return _error(400, "invalid_request_error", "anthropic-version: header is required")
+        return web.json_response({"data": [{"id": "claude-fake", "type": "model"}]})
 
     def _bad_request(self, message: str) -> web.Response:
         return _error(400, "invalid_request_error", message)

@@ -126,6 +126,15 @@ class FakeOpenAIServer(LlmServer, _OpenAIScripting):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._serve)
+        app.router.add_get("/v1/models", self._models)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        """`GET /v1/models` (what `goondan doctor --online` calls): the key check alone."""
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        refusal = self._refuse({}, headers)
+        if refusal is not None:
+            return refusal
+        return web.json_response({"object": "list", "data": [{"id": self._model}]})
 
     def _bad_request(self, message: str) -> web.Response:
         return _error_response(400, message, "invalid_request_error")

@@ -39,7 +39,7 @@ def test_json_valid(tmp_path: Path) -> None:
     bundle = shutil.copytree(FIXTURES / "multi", tmp_path / "multi")
     out = io.StringIO()
     assert run_validate(str(bundle), "json", out) == 0
-    assert json.loads(out.getvalue()) == {"valid": True, "errors": []}
+    assert json.loads(out.getvalue()) == {"valid": True, "errors": [], "warnings": []}
 
 
 def test_json_invalid_shape(tmp_path: Path) -> None:

@@ -90,17 +90,20 @@ def test_old_style_args_decode_with_each_commands_struct():
     assert wire.decode_args(wire.control("stop"), wire.StopArgs) == wire.StopArgs()
 
 
-def test_every_command_has_an_args_struct():
+def test_every_command_declares_its_args_and_result_structs():
     commands = {**wire.CLI_COMMANDS, **wire.AGENT_COMMANDS, **wire.DAEMON_COMMANDS}
     assert len(commands) == len(wire.CLI_COMMANDS) + len(wire.AGENT_COMMANDS) + len(
         wire.DAEMON_COMMANDS
     )
-    for args_type in commands.values():
-        assert args_type in get_args(wire.ControlArgs)
+    results = set(get_args(wire.ControlResult))
+    for declared in commands.values():
+        assert declared.args in get_args(wire.ControlArgs)
+        assert set(get_args(declared.result) or [declared.result]) <= results
 
 
 async def _echo(args: Any) -> Any:
-    return msgspec.to_builtins(args)
+    """Answers `restart` (the one test that reaches a handler) with its args, as Restarted."""
+    return wire.Restarted([args.agent], args.fresh)
 
 
 def _commands() -> ControlCommands:
@@ -125,7 +128,17 @@ def test_a_command_with_bad_args_is_answered_with_an_error(command, args, field)
 
 def test_good_args_reach_the_handler_typed():
     reply = asyncio.run(_commands().run(_control("restart", {"agent": "a", "fresh": True})))
-    assert reply.ok and reply.result == {"agent": "a", "fresh": True}
+    assert reply.ok and reply.result == wire.Restarted(["a"], True)
+
+
+def test_a_handler_returning_an_undeclared_result_is_an_internal_error():
+    async def wrong(args: Any) -> Any:
+        return {"restarted": ["a"]}  # plain data, not the declared Struct
+
+    handlers = {name: wrong for name in wire.CLI_COMMANDS}
+    reply = asyncio.run(ControlCommands(handlers, wire.CLI_COMMANDS).run(_control("stop", {})))
+    assert reply.error is not None and reply.error.code == "E_INTERNAL"
+    assert "'stop' returned dict" in reply.error.message
 
 
 def test_an_unknown_command_is_answered_with_an_error():

@@ -1,0 +1,88 @@
+"""`goondan doctor`: the environment variables a bundle needs, and whether each is set (and from
+where). Values are never read into a message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from goondan.bundle import Bundle
+from goondan.bundle.model import ValueSource
+from goondan.bundle.values import secret_env_candidates
+from goondan.cli.doctor_report import Check, fail, ok, warn
+from goondan.envfiles import EnvFiles
+
+
+@dataclass(frozen=True)
+class EnvNeed:
+    names: tuple[str, ...]  # any one of them will do (a secret's candidates)
+    where: str  # "Model/llm spec.apiKey"
+    required: bool  # unset: the process fails to start (else: a warning)
+
+
+def env_needs(bundle: Bundle) -> list[EnvNeed]:
+    """Every environment variable the bundle's resources read, in bundle order."""
+    needs: list[EnvNeed] = []
+    for model in bundle.of_kind("Model"):
+        if model.spec.api_key is not None:
+            needs.extend(_from_source(model.spec.api_key, f"{model.label} spec.apiKey", True))
+        fallbacks = model.spec.options.get("fallbacks")
+        for index, item in enumerate(fallbacks if isinstance(fallbacks, list) else ()):
+            if isinstance(item, dict) and isinstance(item.get("apiKeyEnv"), str):
+                where = f"{model.label} spec.options.fallbacks[{index}].apiKeyEnv"
+                needs.append(EnvNeed((item["apiKeyEnv"],), where, True))
+    for connection in bundle.of_kind("Connection"):
+        for field in ("config", "secrets"):
+            for key, source in getattr(connection.spec, field).items():
+                where = f"{connection.label} spec.{field}.{key}"
+                needs.extend(_from_source(source, where, True))
+    for kind in ("Extension", "Tool"):
+        for resource in bundle.of_kind(kind):
+            config = getattr(resource.spec, "config", None)
+            for path, name in _env_refs(config, "spec.config"):
+                needs.append(EnvNeed((name,), f"{resource.label} {path}", False))
+    return needs
+
+
+def _from_source(source: ValueSource, where: str, required: bool) -> Iterator[EnvNeed]:
+    if source.env is not None:
+        yield EnvNeed((source.env,), where, required)
+    elif source.secret_ref is not None:
+        yield EnvNeed(tuple(secret_env_candidates(source.secret_ref)), where, required)
+
+
+def _env_refs(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """`{valueFrom: {env: NAME}}` anywhere in free-form config (an Extension's)."""
+    if isinstance(value, dict):
+        source = value.get("valueFrom")
+        if isinstance(source, dict) and isinstance(source.get("env"), str):
+            yield path, source["env"]
+            return
+        for key, item in value.items():
+            yield from _env_refs(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _env_refs(item, f"{path}[{index}]")
+
+
+def check_env(bundle: Bundle, env_files: EnvFiles, environ: Mapping[str, str]) -> list[Check]:
+    checks: list[Check] = []
+    for need in env_needs(bundle):
+        found = next((name for name in need.names if name in environ), None)
+        if found is not None:
+            source = env_files.source_of(found) or "process environment"
+            checks.append(ok("env", f"{found} is set ({source}), for {need.where}"))
+            continue
+        names = " / ".join(need.names)
+        fix = (
+            f"export {need.names[0]}=... or add it to {env_files.bundle_root() / '.env'} "
+            "(or an --env-file)"
+        )
+        if need.required:
+            checks.append(fail("env", f"{names} is not set, needed by {need.where}", fix))
+        else:
+            checks.append(warn("env", f"{names} is not set, read by {need.where}", fix))
+    if not checks:
+        checks.append(ok("env", "the bundle reads no environment variables"))
+    return checks
