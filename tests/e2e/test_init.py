@@ -35,7 +35,7 @@ def tree(directory: Path) -> dict[str, str]:
 def assert_valid(bundle: Path) -> None:
     proc = goondan("validate", str(bundle), "--format", "json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert json.loads(proc.stdout) == {"valid": True, "errors": []}
+    assert json.loads(proc.stdout) == {"valid": True, "errors": [], "warnings": []}
 
 
 def test_list_names_every_template_with_a_description():
