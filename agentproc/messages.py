@@ -49,6 +49,10 @@ class ModelReply(msgspec.Struct, frozen=True):
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
     finish_reason: str | None = None
+    # What only the provider that produced the reply reads back on later requests (Gemini's
+    # thought signatures, Anthropic's thinking blocks), keyed by provider; the loop keeps it in
+    # the assistant message's metadata under "providerState".
+    provider_state: dict[str, Any] = {}
 
 
 class ModelError(Exception):

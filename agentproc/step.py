@@ -138,7 +138,11 @@ async def _handle_reply(
         role="assistant",
         content=text or None,
         tool_calls=tuple(calls),
-        metadata={"stepIndex": ctx.step_index},
+        metadata=(
+            {"stepIndex": ctx.step_index, "providerState": reply.provider_state}
+            if reply.provider_state
+            else {"stepIndex": ctx.step_index}
+        ),
     )
     run.append(assistant)
     if reply.finish_reason == "length":

@@ -3,7 +3,7 @@
 Each provider module is imported only when a Model uses it, so an agent on the scripted model
 never pays for the `openai` or `anthropic` SDK import.
 
-What `make_provider` returns for `openai` and `anthropic` is a `ResilientProvider`
+What `make_provider` returns for `openai`, `anthropic` and `google` is a `ResilientProvider`
 (`resilience.py`): the Model's adapter plus its `options.fallbacks`, with retries, backoff,
 `retry-after`, first-token and whole-call timeouts. The turn loop calls `complete()` and gets a
 `ModelReply` or, once all that is used up, a `ModelError`.
@@ -35,8 +35,12 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
-PROVIDERS = ("scripted", "openai", "anthropic")
-_KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+PROVIDERS = ("scripted", "openai", "anthropic", "google")
+_KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "google": "GEMINI_API_KEY",
+}
 
 
 def make_provider(spec: ModelSpec, api_key: str | None) -> Provider:
@@ -110,6 +114,10 @@ def _backend(spec: ModelSpec, api_key: str | None, policy: RetryPolicy) -> Backe
         from agentproc.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(spec, api_key, policy)
+    if spec.provider == "google":
+        from agentproc.providers.google import GoogleProvider
+
+        return GoogleProvider(spec, api_key, policy)
     if spec.provider == "scripted":
         from agentproc.providers.scripted import ScriptedProvider
 

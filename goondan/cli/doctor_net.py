@@ -110,6 +110,9 @@ def _online(label: str, provider: str, url: str, key: str | None) -> Check:
         headers = {"anthropic-version": ANTHROPIC_VERSION}
         if key:
             headers["x-api-key"] = key
+    elif provider == "google":
+        target = base.removesuffix("/v1beta") + "/v1beta/models"
+        headers = {"x-goog-api-key": key} if key else {}
     else:
         target = base + "/models"
         headers = {"Authorization": f"Bearer {key}"} if key else {}

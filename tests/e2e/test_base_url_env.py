@@ -5,6 +5,7 @@ import pytest
 
 from tests.e2e.conftest import write_bundle
 from tests.fakes.anthropic_server import FakeAnthropicServerThread
+from tests.fakes.google_server import FakeGoogleServerThread
 from tests.fakes.openai_server import FakeOpenAIServerThread
 
 BUNDLE = """\
@@ -35,6 +36,7 @@ spec:
 CASES = [
     ("openai", "OPENAI_BASE_URL", FakeOpenAIServerThread, "/v1"),
     ("anthropic", "ANTHROPIC_BASE_URL", FakeAnthropicServerThread, ""),
+    ("google", "GOOGLE_GEMINI_BASE_URL", FakeGoogleServerThread, ""),
 ]
 
 
