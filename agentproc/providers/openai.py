@@ -7,7 +7,8 @@ Model resource knobs (`Model.spec`):
   public OpenAI API.
 - `apiKey`: required for the public API; a local server that needs none may omit it.
 - `capabilities.streaming: true`: stream the reply (SSE); text reaches `on_text` as it arrives
-  and usage is requested with `stream_options.include_usage`.
+  and usage is requested with `stream_options.include_usage` (not sent again to a server that
+  refused it with a 400).
 - `options` (all optional):
   `organization`, `project` - OpenAI account scoping headers;
   `headers` - extra HTTP headers (e.g. OpenRouter's `HTTP-Referer`, `X-Title`);
@@ -99,6 +100,9 @@ class OpenAIProvider:
             max_retries=0,  # ResilientProvider retries, the same way for every provider
             default_headers=headers_option(options),
         )
+        # Some OpenAI-compatible servers refuse `stream_options` (a 400 naming it); after the
+        # first such answer this provider streams without usage figures rather than not at all.
+        self._stream_options = True
 
     async def complete(
         self,
@@ -126,24 +130,32 @@ class OpenAIProvider:
             ]
         if self.streaming:
             kwargs["stream"] = True
-            kwargs["stream_options"] = {"include_usage": True}
+            if self._stream_options:
+                kwargs["stream_options"] = {"include_usage": True}
         messages = cast(Any, [_wire_message(m) for m in request.messages])
-        try:
-            response = await self._client.chat.completions.create(
-                model=self._model, messages=messages, extra_body=body or None, **kwargs
-            )
-        except openai.APIConnectionError as exc:  # includes APITimeoutError
-            raise self._unreachable(exc) from exc
-        except openai.APIStatusError as exc:
-            raise self._status_error(exc) from exc
-        except openai.OpenAIError as exc:
-            raise ModelError(f"{self._where()} failed: {exc}") from exc
+        response = await self._create(messages, body, kwargs)
         if self.streaming:
             return await self._read_stream(response, on_text, on_chunk)
         return self._reply(response)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    async def _create(self, messages: Any, body: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            return await self._client.chat.completions.create(
+                model=self._model, messages=messages, extra_body=body or None, **kwargs
+            )
+        except openai.APIConnectionError as exc:  # includes APITimeoutError
+            raise self._unreachable(exc) from exc
+        except openai.APIStatusError as exc:
+            if "stream_options" in kwargs and _refuses_stream_options(exc):
+                self._stream_options = False
+                del kwargs["stream_options"]
+                return await self._create(messages, body, kwargs)
+            raise self._status_error(exc) from exc
+        except openai.OpenAIError as exc:
+            raise ModelError(f"{self._where()} failed: {exc}") from exc
 
     def _reply(self, completion: Any) -> ModelReply:
         choices = getattr(completion, "choices", None)
@@ -408,6 +420,10 @@ def _tool_call(call: Any) -> ToolCall:
         # Kept as the model wrote it: the loop reports malformed JSON back to the model.
         arguments=function.arguments if function.arguments is not None else "",
     )
+
+
+def _refuses_stream_options(exc: openai.APIStatusError) -> bool:
+    return exc.status_code in (400, 422) and "stream_options" in _server_message(exc)
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

@@ -119,10 +119,19 @@ class FakeOpenAIServer(LlmServer, _OpenAIScripting):
 
     _not_json = "request body is not JSON"
 
-    def __init__(self, *, api_key: str | None = None, model: str = "fake-model") -> None:
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        model: str = "fake-model",
+        api_keys: Sequence[str] | None = None,
+        reject_stream_options: bool = False,
+    ) -> None:
         super().__init__()
-        self._api_key = api_key
+        keys = [*(api_keys or ()), *([api_key] if api_key else [])]
+        self._api_keys = frozenset(f"Bearer {key}" for key in keys) if keys else None
         self._model = model
+        self._reject_stream_options = reject_stream_options
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/chat/completions", self._serve)
@@ -148,9 +157,17 @@ class FakeOpenAIServer(LlmServer, _OpenAIScripting):
                 "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
                 "invalid_request_error",
             )
-        if self._api_key is not None and authorization != f"Bearer {self._api_key}":
+        if self._api_keys is not None and authorization not in self._api_keys:
             return _error_response(
                 401, "Incorrect API key provided.", "invalid_request_error", "invalid_api_key"
+            )
+        if self._reject_stream_options and "stream_options" in body:
+            # As some OpenAI-compatible servers (older vLLM, some gateways) answer it.
+            return _error_response(
+                400,
+                "Unrecognized request argument supplied: stream_options",
+                "invalid_request_error",
+                None,
             )
         return None
 
@@ -273,8 +290,23 @@ class FakeOpenAIServerThread(ServerThread, _OpenAIScripting):
     """The server on its own event loop in a daemon thread: `with FakeOpenAIServerThread() as s:`,
     for a model client in another process, or in sync code."""
 
-    def __init__(self, *, api_key: str | None = None, model: str = "fake-model") -> None:
-        super().__init__(FakeOpenAIServer(api_key=api_key, model=model), "fake-openai-server")
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        model: str = "fake-model",
+        api_keys: Sequence[str] | None = None,
+        reject_stream_options: bool = False,
+    ) -> None:
+        super().__init__(
+            FakeOpenAIServer(
+                api_key=api_key,
+                model=model,
+                api_keys=api_keys,
+                reject_stream_options=reject_stream_options,
+            ),
+            "fake-openai-server",
+        )
 
 
 def _error_response(

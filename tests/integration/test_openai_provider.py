@@ -365,6 +365,37 @@ async def test_streaming_text_reaches_on_text_in_order(server: FakeOpenAIServer)
     assert body["stream_options"] == {"include_usage": True}
 
 
+async def test_a_server_refusing_stream_options_still_streams() -> None:
+    async with FakeOpenAIServer(reject_stream_options=True) as server:
+        server.queue_reply(chunks=["Hel", "lo"])
+        server.queue_reply(chunks=["again"])
+        provider = provider_for(server.base_url, streaming=True)
+        seen: list[str] = []
+        try:
+            first = await provider.complete(ask(), on_text=seen.append)
+            second = await provider.complete(ask(), on_text=seen.append)
+        finally:
+            await provider.aclose()
+
+    assert (first.text, second.text) == ("Hello", "again")
+    assert seen == ["Hel", "lo", "again"]
+    # Refused once, retried at once without it, and never sent again by this provider.
+    assert ["stream_options" in body for body in server.requests] == [True, False, False]
+    assert all(body["stream"] is True for body in server.requests)
+
+
+async def test_other_bad_requests_are_not_retried_without_stream_options(
+    server: FakeOpenAIServer,
+) -> None:
+    server.queue_error(400, "messages: too long")
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url, streaming=True), ask())
+
+    assert caught.value.code == "E_MODEL_BAD_REQUEST"
+    assert len(server.requests) == 1
+
+
 async def test_streaming_assembles_tool_call_deltas(server: FakeOpenAIServer) -> None:
     server.queue_reply(
         text="Let me look.",
