@@ -54,20 +54,27 @@ async def build_definition(
         raise StartError(f"agent '{args.agent}' is not in Swarm/{swarm.name}")
     model_resource = bundle.agent_model(agent)
     model = model_resource.spec
-    api_key = resolve_value(model.api_key, os.environ) if model.api_key else None
-    if model.api_key is not None and model.api_key.env and not api_key:
-        raise StartError(
-            f"{model_resource.label}: the environment variable {model.api_key.env} is not set "
-            "(Model.spec.apiKey.valueFrom.env); set it where the daemon runs "
-            "(for systemd: the unit's EnvironmentFile)"
-        )
+    keys: list[str] = []
+    sources = [("apiKey", model.api_key)] if model.api_key is not None else []
+    sources += [(f"apiKeys[{n}]", source) for n, source in enumerate(model.api_keys)]
+    for where, source in sources:
+        key = resolve_value(source, os.environ)
+        if source.env and not key:
+            raise StartError(
+                f"{model_resource.label}: the environment variable {source.env} is not set "
+                f"(Model.spec.{where}.valueFrom.env); set it where the daemon runs "
+                "(for systemd: the unit's EnvironmentFile)"
+            )
+        if key and key not in keys:
+            keys.append(key)
+    api_key = keys[0] if keys else None
     endpoint = effective_endpoint(model.provider, model.endpoint, os.environ)
     if endpoint.url is not None:
         structlog.get_logger().info(
             "model endpoint", agent=agent.name, url=endpoint.url, source=endpoint.source
         )
     try:
-        provider = make_provider(model, api_key)
+        provider = make_provider(model, api_key, more_keys=keys[1:])
         registry = ToolRegistry.from_resources(bundle.agent_tools(agent))
     except (ValueError, ModelError) as exc:
         raise StartError(f"{model_resource.label}: {exc}") from None

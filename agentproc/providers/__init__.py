@@ -12,6 +12,7 @@ What `make_provider` returns for `openai`, `anthropic` and `google` is a `Resili
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Protocol
 
 import msgspec
@@ -43,9 +44,12 @@ _KEY_ENV = {
 }
 
 
-def make_provider(spec: ModelSpec, api_key: str | None) -> Provider:
+def make_provider(spec: ModelSpec, api_key: str | None, more_keys: Sequence[str] = ()) -> Provider:
     """Build the provider for a Model resource. Raises `ValueError` for an unknown provider and
-    `ModelError` (code `E_MODEL_CONFIG` / `E_MODEL_AUTH`) for unusable options or keys."""
+    `ModelError` (code `E_MODEL_CONFIG` / `E_MODEL_AUTH`) for unusable options or keys.
+
+    `more_keys` (from `apiKeys`) are rotated with `api_key` on 429 / 401 (`providers.keys`)
+    before any fallback model is tried."""
     if spec.provider == "scripted" and "fallbacks" not in spec.options:
         # Deterministic and offline: nothing to retry, nothing to fall back from.
         from agentproc.providers.scripted import ScriptedProvider
@@ -53,7 +57,13 @@ def make_provider(spec: ModelSpec, api_key: str | None) -> Provider:
         return ScriptedProvider(spec)
     policy = RetryPolicy.from_options(spec.options)
     fallbacks = parse_fallbacks(spec.options)
-    chain: list[tuple[Backend, RetryPolicy]] = [(_backend(spec, api_key, policy), policy)]
+    backend = _backend(spec, api_key, policy)
+    if more_keys and api_key:
+        from agentproc.providers.keys import KeyRotation
+
+        backends = [backend, *(_backend(spec, key, policy) for key in more_keys)]
+        backend = KeyRotation(backends, spec.options)
+    chain: list[tuple[Backend, RetryPolicy]] = [(backend, policy)]
     for index, fallback in enumerate(fallbacks):
         where = f"Model.spec.options.fallbacks[{index}]"
         provider = fallback.provider or spec.provider

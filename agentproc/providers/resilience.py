@@ -81,6 +81,9 @@ POLICY_OPTIONS = frozenset(
         "streamIdleTimeoutSeconds",
         "fallbacks",
         "fallbackCooldownSeconds",
+        # read by `providers.keys`
+        "keyCooldownSeconds",
+        "keyAuthCooldownSeconds",
     }
 )
 

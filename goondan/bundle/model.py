@@ -93,6 +93,8 @@ class ModelSpec(msgspec.Struct, frozen=True):
     options: dict[str, Any] = {}
     capabilities: ModelCapabilities = ModelCapabilities()
     pricing: ModelPricing | None = None
+    # `apiKeys`: more keys for the same model, rotated on 429 / 401 (after `apiKey`, if set).
+    api_keys: tuple[ValueSource, ...] = ()
 
 
 class RefItem(msgspec.Struct, frozen=True):

@@ -26,6 +26,7 @@ from goondan.bundle.model import (
     SwarmPolicy,
     SwarmSpec,
     ToolPolicySpec,
+    ValueSource,
 )
 from goondan.bundle.names import LLM_TOOL_NAME
 from goondan.bundle.suggest import closest
@@ -78,7 +79,16 @@ def parse_package(chk: Checker, spec: Any, name: str | None) -> PackageSpec | No
 
 
 def parse_model(chk: Checker, spec: Any, name: str | None) -> ModelSpec | None:
-    allowed = ("provider", "model", "apiKey", "endpoint", "options", "capabilities", "pricing")
+    allowed = (
+        "provider",
+        "model",
+        "apiKey",
+        "apiKeys",
+        "endpoint",
+        "options",
+        "capabilities",
+        "pricing",
+    )
     data = chk.mapping(SPEC, spec, allowed, ("provider", "model"))
     if data is None:
         return None
@@ -98,6 +108,13 @@ def parse_model(chk: Checker, spec: Any, name: str | None) -> ModelSpec | None:
     api_key = None
     if data.get("apiKey") is not None:
         api_key = chk.value_source((*SPEC, "apiKey"), data["apiKey"])
+    api_keys: list[ValueSource] = []
+    if data.get("apiKeys") is not None:
+        items = chk.sequence((*SPEC, "apiKeys"), data["apiKeys"], min_items=1) or []
+        for index, item in enumerate(items):
+            source = chk.value_source((*SPEC, "apiKeys", index), item)
+            if source is not None:
+                api_keys.append(source)
     endpoint = chk.optional_string(data, SPEC, "endpoint")
     if endpoint is not None and not endpoint.startswith(("http://", "https://")):
         chk.error(
@@ -116,6 +133,7 @@ def parse_model(chk: Checker, spec: Any, name: str | None) -> ModelSpec | None:
         provider=provider,
         model=model,
         api_key=api_key,
+        api_keys=tuple(api_keys),
         endpoint=endpoint,
         options=options,
         capabilities=capabilities,

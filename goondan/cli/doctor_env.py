@@ -27,6 +27,9 @@ def env_needs(bundle: Bundle) -> list[EnvNeed]:
     for model in bundle.of_kind("Model"):
         if model.spec.api_key is not None:
             needs.extend(_from_source(model.spec.api_key, f"{model.label} spec.apiKey", True))
+        for index, source in enumerate(model.spec.api_keys):
+            where = f"{model.label} spec.apiKeys[{index}]"
+            needs.extend(_from_source(source, where, True))
         fallbacks = model.spec.options.get("fallbacks")
         for index, item in enumerate(fallbacks if isinstance(fallbacks, list) else ()):
             if isinstance(item, dict) and isinstance(item.get("apiKeyEnv"), str):

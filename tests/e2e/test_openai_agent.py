@@ -181,3 +181,26 @@ def test_run_input_streams_on_a_terminal(tmp_path, server, state_root):
     assert proc.wait(30) == 0
     assert output.replace(b"\r\n", b"\n") == b"let me add. done\n"  # streamed, shown once
     assert server.requests[-1]["stream"] is True
+
+
+def test_api_keys_rotate_past_a_revoked_key(start_daemon, tmp_path):
+    with FakeOpenAIServerThread(api_key="sk-second") as server:
+        text = BUNDLE % {"endpoint": server.base_url}
+        text = text.replace(
+            "    valueFrom: {env: FAKE_OPENAI_KEY}\n",
+            "    valueFrom: {env: FAKE_OPENAI_KEY}\n"
+            "  apiKeys:\n    - valueFrom: {env: SECOND_KEY}\n",
+        )
+        bundle = write_bundle(tmp_path / "b", text, {"calc.py": CALC})
+        server.queue_reply(text="answered with the second key")
+        daemon = start_daemon(
+            bundle, env={"FAKE_OPENAI_KEY": "sk-revoked", "SECOND_KEY": "sk-second"}
+        )
+
+        proc = daemon.send("hello")
+
+        assert proc.returncode == 0, proc.stderr + daemon.logs()
+        assert proc.stdout.strip() == "answered with the second key"
+        assert server.authorizations == ["Bearer sk-revoked", "Bearer sk-second"]
+        assert "model API key cooling down" in daemon.logs()
+        assert "sk-revoked" not in daemon.logs()  # keys never reach the logs

@@ -650,3 +650,28 @@ def test_files_under_the_working_directory_are_shown_relative(
     err = only(errors_of(Path("broken")), "E_CONFIG_SCHEMA_INVALID")
     assert err.file == "broken/goondan.yaml"
     assert err.render().startswith("broken/goondan.yaml:13: Model/fast.spec.provider: ")
+
+
+def test_api_keys_is_a_list_of_value_sources(tmp_path: Path) -> None:
+    text = edit(
+        "  model: scripted-v1\n",
+        "  model: scripted-v1\n  apiKey: {value: a}\n"
+        "  apiKeys:\n    - {value: b}\n    - {valueFrom: {env: GOONDAN_TEST_KEY_C}}\n",
+    )
+    write_bundle(tmp_path, text)
+    [model] = load_bundle(tmp_path).of_kind("Model")
+    assert model.spec.api_key is not None and model.spec.api_key.value == "a"
+    assert [(s.value, s.env) for s in model.spec.api_keys] == [
+        ("b", None),
+        (None, "GOONDAN_TEST_KEY_C"),
+    ]
+
+
+def test_api_keys_entries_are_checked(errors_of: Errors, tmp_path: Path) -> None:
+    text = edit(
+        "  model: scripted-v1\n",
+        "  model: scripted-v1\n  apiKeys:\n    - {value: b}\n    - {env: NOT_LIKE_THIS}\n",
+    )
+    write_bundle(tmp_path, text)
+    err = only(errors_of(tmp_path), "E_CONFIG_SCHEMA_INVALID", "Model/fast.spec.apiKeys[1]")
+    assert "exactly one of 'value' and 'valueFrom'" in err.message
