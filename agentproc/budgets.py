@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgspec
+
 from agentproc.messages import Usage
 from goondan.bundle.model import BudgetPolicy, ModelPricing
 from goondan.extensions import TokenUsage
@@ -28,7 +30,14 @@ class UsageMeter:
         """Count one model call; returns that call's usage (with cost)."""
         self.input_tokens += usage.input_tokens
         self.output_tokens += usage.output_tokens
-        return self.usage(usage.input_tokens, usage.output_tokens)
+        counted = self.usage(usage.input_tokens, usage.output_tokens)
+        if usage.cache_read_tokens or usage.cache_creation_tokens:
+            counted = msgspec.structs.replace(
+                counted,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_creation_tokens=usage.cache_creation_tokens,
+            )
+        return counted
 
     def total(self) -> TokenUsage:
         return self.usage(self.input_tokens, self.output_tokens)
@@ -89,4 +98,7 @@ def usage_data(usage: TokenUsage) -> dict[str, Any]:
     }
     if usage.cost_usd is not None:
         data["costUsd"] = usage.cost_usd
+    if usage.cache_read_tokens or usage.cache_creation_tokens:
+        data["cacheReadTokens"] = usage.cache_read_tokens
+        data["cacheCreationTokens"] = usage.cache_creation_tokens
     return data

@@ -34,8 +34,10 @@ class ToolDefinition(msgspec.Struct, frozen=True):
 
 
 class Usage(msgspec.Struct, frozen=True):
-    input_tokens: int = 0
+    input_tokens: int = 0  # all of the prompt, cached parts included
     output_tokens: int = 0
+    cache_read_tokens: int = 0  # of input_tokens: read from the provider's prompt cache
+    cache_creation_tokens: int = 0  # of input_tokens: written to it
 
 
 class ModelRequest(msgspec.Struct, frozen=True):

@@ -97,6 +97,8 @@ class TokenUsage(msgspec.Struct, frozen=True, omit_defaults=True):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = None  # when the Model declares `spec.pricing`
+    cache_read_tokens: int = 0  # of input_tokens: read from the provider's prompt cache
+    cache_creation_tokens: int = 0  # of input_tokens: written to it
 
     @property
     def total_tokens(self) -> int:

@@ -8,7 +8,9 @@ Model resource knobs (`Model.spec`):
   trailing `/v1` is accepted and dropped: the SDK adds `/v1/messages` itself).
 - `capabilities.streaming: true`: stream the reply (SSE events); text reaches `on_text` as it
   arrives.
-- `options` (all optional): `headers` - extra HTTP headers (e.g. `anthropic-beta`); retries,
+- `options` (all optional): `promptCaching` (true) - `cache_control` breakpoints on the system
+  prompt, the tools and the stable history (`mark_cache_breakpoints`); `headers` - extra HTTP
+  headers (e.g. `anthropic-beta`); retries,
   timeouts and fallbacks - see `agentproc.providers.resilience`; any other key is a request
   default, spelled like an Agent param (below).
 
@@ -62,7 +64,12 @@ DEFAULT_MAX_TOKENS = 4096
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 LOCAL_PLACEHOLDER_KEY = "not-needed"
 
-_CLIENT_OPTIONS = frozenset({"headers"}) | POLICY_OPTIONS
+_CLIENT_OPTIONS = frozenset({"headers", "promptCaching"}) | POLICY_OPTIONS
+# Anthropic allows at most this many `cache_control` breakpoints in one request.
+_MAX_BREAKPOINTS = 4
+_EPHEMERAL = {"type": "ephemeral"}
+# Where an assistant message keeps its thinking blocks (in `metadata["providerState"]`).
+STATE_KEY = "anthropic"
 
 _PARAM_NAMES: dict[str, str] = {
     "maxTokens": "max_tokens",
@@ -132,6 +139,13 @@ class AnthropicProvider:
         self._default_params = _params(
             {k: v for k, v in options.items() if k not in _CLIENT_OPTIONS}
         )
+        caching = options.get("promptCaching", True)
+        if not isinstance(caching, bool):
+            raise ModelError(
+                f"Model.spec.options.promptCaching must be true or false, got {caching!r}",
+                code=ErrorCode.E_MODEL_CONFIG,
+            )
+        self._caching = caching
         # An explicit key and base URL always: the SDK would otherwise read ANTHROPIC_API_KEY
         # behind the bundle's back (`providers.endpoints` honours ANTHROPIC_BASE_URL openly).
         self._client = anthropic.AsyncAnthropic(
@@ -154,13 +168,18 @@ class AnthropicProvider:
         body = {**self._default_params, **_params(request.params)}
         kwargs: dict[str, Any] = {"max_tokens": body.pop("max_tokens", DEFAULT_MAX_TOKENS)}
         system, messages = wire_messages(request.messages)
-        if system:
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in request.tools
+        ]
+        if self._caching:
+            blocks = mark_cache_breakpoints(system, tools, messages)
+            if blocks:
+                kwargs["system"] = blocks
+        elif system:
             kwargs["system"] = system
-        if request.tools:
-            kwargs["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.parameters}
-                for t in request.tools
-            ]
+        if tools:
+            kwargs["tools"] = tools
         try:
             response = await self._client.messages.create(
                 model=self._model,
@@ -192,9 +211,16 @@ class AnthropicProvider:
             )
         text: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[dict[str, Any]] = []
         for block in content:
             kind = getattr(block, "type", None)
-            if kind == "text":
+            if kind == "thinking":
+                thinking.append(
+                    {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+                )
+            elif kind == "redacted_thinking":
+                thinking.append({"type": "redacted_thinking", "data": block.data})
+            elif kind == "text":
                 text.append(block.text)
             elif kind == "tool_use":
                 calls.append(
@@ -204,12 +230,13 @@ class AnthropicProvider:
                         arguments=json.dumps(block.input, ensure_ascii=False),
                     )
                 )
-            # thinking / redacted_thinking / server tool blocks are not part of the neutral model
+            # server tool blocks are not part of the neutral model
         return ModelReply(
             text="".join(text) if text else None,
             tool_calls=tuple(calls),
             usage=_usage(getattr(message, "usage", None)),
             finish_reason=_stop_reason(getattr(message, "stop_reason", None)),
+            provider_state=_thinking_state(thinking, calls),
         )
 
     async def _read_stream(
@@ -309,6 +336,8 @@ class _Block:
     name: str = ""
     parts: list[str] = field(default_factory=list)
     start_input: Any = None
+    signature: str = ""
+    data: str = ""
 
 
 class _StreamState:
@@ -316,7 +345,7 @@ class _StreamState:
 
     def __init__(self) -> None:
         self.blocks: dict[int, _Block] = {}
-        self.input_tokens = 0
+        self.usage: Any = None  # message_start's, updated by message_delta
         self.output_tokens = 0
         self.stop_reason: str | None = None
         self.stopped = False
@@ -324,9 +353,8 @@ class _StreamState:
     def apply(self, event: Any, on_text: TextCallback | None) -> None:
         kind = getattr(event, "type", None)
         if kind == "message_start":
-            usage = getattr(event.message, "usage", None)
-            self.input_tokens = _input_tokens(usage)
-            self.output_tokens = getattr(usage, "output_tokens", None) or 0
+            self.usage = getattr(event.message, "usage", None)
+            self.output_tokens = getattr(self.usage, "output_tokens", None) or 0
         elif kind == "content_block_start":
             block = event.content_block
             self.blocks[event.index] = _Block(
@@ -335,6 +363,8 @@ class _StreamState:
                 name=getattr(block, "name", None) or "",
                 parts=[block.text] if getattr(block, "type", None) == "text" and block.text else [],
                 start_input=getattr(block, "input", None),
+                signature=getattr(block, "signature", None) or "",
+                data=getattr(block, "data", None) or "",
             )
         elif kind == "content_block_delta":
             target = self.blocks.get(event.index)
@@ -348,6 +378,10 @@ class _StreamState:
                     on_text(delta.text)
             elif delta_kind == "input_json_delta" and target.kind == "tool_use":
                 target.parts.append(delta.partial_json)
+            elif delta_kind == "thinking_delta" and target.kind == "thinking":
+                target.parts.append(delta.thinking)
+            elif delta_kind == "signature_delta" and target.kind == "thinking":
+                target.signature = delta.signature
         elif kind == "message_delta":
             reason = getattr(event.delta, "stop_reason", None)
             if reason:
@@ -357,16 +391,27 @@ class _StreamState:
             if output_tokens is not None:
                 self.output_tokens = output_tokens
             if getattr(usage, "input_tokens", None) is not None:
-                self.input_tokens = _input_tokens(usage)
+                self.usage = usage
         elif kind == "message_stop":
             self.stopped = True
 
     def reply(self) -> ModelReply:
         text: list[str] = []
         calls: list[ToolCall] = []
+        thinking: list[dict[str, Any]] = []
         for index in sorted(self.blocks):
             block = self.blocks[index]
-            if block.kind == "text":
+            if block.kind == "thinking":
+                thinking.append(
+                    {
+                        "type": "thinking",
+                        "thinking": "".join(block.parts),
+                        "signature": block.signature,
+                    }
+                )
+            elif block.kind == "redacted_thinking":
+                thinking.append({"type": "redacted_thinking", "data": block.data})
+            elif block.kind == "text":
                 text.extend(block.parts)
             elif block.kind == "tool_use":
                 arguments = "".join(block.parts)
@@ -379,8 +424,9 @@ class _StreamState:
         return ModelReply(
             text="".join(text) if text else None,
             tool_calls=tuple(calls),
-            usage=Usage(input_tokens=self.input_tokens, output_tokens=self.output_tokens),
+            usage=_usage(self.usage, self.output_tokens),
             finish_reason=_stop_reason(self.stop_reason),
+            provider_state=_thinking_state(thinking, calls),
         )
 
 
@@ -424,6 +470,13 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
         if _is_error_result(message.content):
             result["is_error"] = True
         return [result]
+    if message.role == "assistant" and message.tool_calls:
+        # Thinking blocks, signatures and all, go back first, as the API requires when
+        # thinking is on and the model is in the middle of a tool loop.
+        state = message.metadata.get("providerState", {}).get(STATE_KEY, {})
+        thinking = state.get("thinking") if isinstance(state, dict) else None
+        if isinstance(thinking, list):
+            blocks.extend(dict(block) for block in thinking if isinstance(block, dict))
     if message.content and message.content.strip():
         blocks.append({"type": "text", "text": message.content})
     if message.role == "assistant":
@@ -489,18 +542,52 @@ def _resolve_key(api_key: str | None, endpoint: str | None) -> str:
     )
 
 
-def _input_tokens(usage: Any) -> int:
+def mark_cache_breakpoints(
+    system: str | None, tools: list[dict[str, Any]], messages: list[dict[str, Any]]
+) -> list[dict[str, Any]] | None:
+    """Put `cache_control` on what stays the same from one request to the next: the system
+    prompt, the tools, and the conversation up to the last message (where the next request's
+    prefix ends) and up to the one before it (this request's stable history, which the previous
+    request cached). Returns the system prompt as blocks (`cache_control` needs them)."""
+    marks = 0
+    blocks = None
+    if system:
+        blocks = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+        marks += 1
+    if tools:
+        tools[-1]["cache_control"] = _EPHEMERAL
+        marks += 1
+    for message in reversed(messages[-2:]):
+        if marks >= _MAX_BREAKPOINTS:
+            break
+        cacheable = [b for b in message["content"] if b.get("type") not in _THINKING_TYPES]
+        if cacheable:
+            cacheable[-1]["cache_control"] = _EPHEMERAL
+            marks += 1
+    return blocks
+
+
+_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+
+
+def _thinking_state(thinking: list[dict[str, Any]], calls: list[ToolCall]) -> dict[str, Any]:
+    # Only a tool-calling reply's thinking must go back (the loop continues from it).
+    return {STATE_KEY: {"thinking": thinking}} if thinking and calls else {}
+
+
+def _usage(usage: Any, output_tokens: int | None = None) -> Usage:
     # input_tokens excludes the prompt-cache reads and writes; all of it was sent.
-    return sum(
-        getattr(usage, name, None) or 0
-        for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-    )
-
-
-def _usage(usage: Any) -> Usage:
+    read = getattr(usage, "cache_read_input_tokens", None) or 0
+    created = getattr(usage, "cache_creation_input_tokens", None) or 0
     return Usage(
-        input_tokens=_input_tokens(usage),
-        output_tokens=getattr(usage, "output_tokens", None) or 0,
+        input_tokens=(getattr(usage, "input_tokens", None) or 0) + read + created,
+        output_tokens=(
+            output_tokens
+            if output_tokens is not None
+            else getattr(usage, "output_tokens", None) or 0
+        ),
+        cache_read_tokens=read,
+        cache_creation_tokens=created,
     )
 
 

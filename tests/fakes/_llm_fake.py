@@ -39,6 +39,8 @@ class Reply:
     cut_after: int | None = None  # streaming: drop the connection after this many events
     first_chunk_delay_seconds: float = 0.0  # streaming: headers at once, first event later
     stream_error: tuple[str, str] | None = None  # streaming: (type, message) sent at cut_after
+    thinking: tuple[str, str] | None = None  # Anthropic: (thinking text, signature) block first
+    cache_usage: tuple[int, int] | None = None  # Anthropic: (cache creation, cache read) tokens
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,8 @@ class ScriptingApi:
         cut_after: int | None,
         first_chunk_delay_seconds: float,
         stream_error: tuple[str, str] | None = None,
+        thinking: tuple[str, str] | None = None,
+        cache_usage: tuple[int, int] | None = None,
     ) -> None:
         if chunks is not None and text is None:
             text = "".join(chunks)
@@ -171,6 +175,8 @@ class ScriptingApi:
                 cut_after,
                 first_chunk_delay_seconds,
                 stream_error,
+                thinking,
+                cache_usage,
             )
         )
 

@@ -80,6 +80,8 @@ class _AnthropicScripting(ScriptingApi):
         cut_after: int | None = None,
         first_chunk_delay_seconds: float = 0.0,
         stream_error: tuple[str, str] | None = None,
+        thinking: tuple[str, str] | None = None,
+        cache_usage: tuple[int, int] | None = None,
     ) -> None:
         """Script the next message (JSON, or an SSE stream if the request asks).
 
@@ -90,6 +92,9 @@ class _AnthropicScripting(ScriptingApi):
         Streaming only: `chunks` are the text deltas; `cut_after=N` sends N events, then drops
         the connection, or, with `stream_error=(type, message)`, sends that `error` event.
         `first_chunk_delay_seconds` sends the headers at once and the first event that late.
+        `thinking=(text, signature)` leads the message with a `thinking` block (streamed as
+        `thinking_delta`s and a `signature_delta`); `cache_usage=(creation, read)` adds
+        `cache_creation_input_tokens` / `cache_read_input_tokens` to the usage.
         """
         if stream_error is not None and cut_after is None:
             raise ValueError("stream_error needs cut_after: the event count before the error")
@@ -103,6 +108,8 @@ class _AnthropicScripting(ScriptingApi):
             cut_after=cut_after,
             first_chunk_delay_seconds=first_chunk_delay_seconds,
             stream_error=stream_error,
+            thinking=thinking,
+            cache_usage=cache_usage,
         )
 
     def queue_error(
@@ -202,6 +209,9 @@ class FakeAnthropicServer(LlmServer, _AnthropicScripting):
 
     def _message(self, body: dict[str, Any], reply: Reply, number: int) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
+        if reply.thinking:
+            thought, signature = reply.thinking
+            content.append({"type": "thinking", "thinking": thought, "signature": signature})
         if reply.text:
             content.append({"type": "text", "text": reply.text})
         for index, call in enumerate(reply.tool_calls):
@@ -225,7 +235,11 @@ class FakeAnthropicServer(LlmServer, _AnthropicScripting):
             "content": content,
             "stop_reason": _stop_reason(reply),
             "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+            "usage": {
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                **_cache_usage(reply),
+            },
         }
 
     def _events(self, body: dict[str, Any], reply: Reply, number: int) -> list[bytes]:
@@ -243,13 +257,29 @@ class FakeAnthropicServer(LlmServer, _AnthropicScripting):
                         "content": [],
                         "stop_reason": None,
                         "stop_sequence": None,
-                        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+                        "usage": {
+                            "input_tokens": input_tokens,
+                            "output_tokens": 1,
+                            **_cache_usage(reply),
+                        },
                     },
                 },
             ),
             _sse("ping", {"type": "ping"}),
         ]
         index = 0
+        if reply.thinking:
+            thought, signature = reply.thinking
+            events.append(
+                _block_start(index, {"type": "thinking", "thinking": "", "signature": ""})
+            )
+            events += [
+                _block_delta(index, {"type": "thinking_delta", "thinking": piece})
+                for piece in words(thought)
+            ]
+            events.append(_block_delta(index, {"type": "signature_delta", "signature": signature}))
+            events.append(_block_stop(index))
+            index += 1
         if reply.text:
             pieces = reply.chunks if reply.chunks is not None else words(reply.text)
             events.append(_block_start(index, {"type": "text", "text": ""}))
@@ -336,6 +366,10 @@ def _check_body(body: dict[str, Any]) -> str | None:
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
         return "system: Input should be a valid string or list of text blocks"
+    breakpoints = _cache_controls(body)
+    if breakpoints > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+    thinking_on = (body.get("thinking") or {}).get("type") == "enabled"
     pending: list[str] = []  # tool_use ids of the previous assistant message
     for n, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
@@ -364,6 +398,13 @@ def _check_body(body: dict[str, Any]) -> str | None:
                 if message["role"] != "user":
                     return f"{where}: tool_result blocks are only allowed in user messages"
                 results.append(str(block.get("tool_use_id")))
+            elif kind in ("thinking", "redacted_thinking"):
+                if message["role"] != "assistant":
+                    return f"{where}: thinking blocks are only allowed in assistant messages"
+                if kind == "thinking" and not isinstance(block.get("signature"), str):
+                    return f"{where}.thinking.signature: Field required"
+                if "cache_control" in block:
+                    return f"{where}: thinking blocks cannot be cached with cache_control"
             else:
                 return f"{where}.type: unknown content block type {kind!r}"
         missing = [i for i in pending if i not in results]
@@ -381,12 +422,47 @@ def _check_body(body: dict[str, Any]) -> str | None:
                 "`tool_use` block in the previous message."
             )
         pending = uses
+        last_assistant = n == len(messages) - 2 and message["role"] == "assistant"
+        if (
+            thinking_on
+            and last_assistant
+            and uses
+            and blocks[0].get("type")
+            not in (
+                "thinking",
+                "redacted_thinking",
+            )
+        ):
+            return (
+                f"messages.{n}.content.0.type: Expected `thinking` or `redacted_thinking`, but "
+                f"found `{blocks[0].get('type')}`. When `thinking` is enabled, a final "
+                "`assistant` message must start with a thinking block (preceeding the "
+                "lastmost set of `tool_use` and `tool_result` blocks)."
+            )
     if pending:
         return (
             f"messages.{len(messages) - 1}: `tool_use` ids were found without `tool_result` "
             f"blocks immediately after: {', '.join(pending)}"
         )
     return None
+
+
+def _cache_controls(body: dict[str, Any]) -> int:
+    blocks: list[Any] = []
+    if isinstance(body.get("system"), list):
+        blocks += body["system"]
+    blocks += body.get("tools") or []
+    for message in body.get("messages") or ():
+        if isinstance(message, dict) and isinstance(message.get("content"), list):
+            blocks += message["content"]
+    return sum(1 for block in blocks if isinstance(block, dict) and "cache_control" in block)
+
+
+def _cache_usage(reply: Reply) -> dict[str, int]:
+    if reply.cache_usage is None:
+        return {}
+    created, read = reply.cache_usage
+    return {"cache_creation_input_tokens": created, "cache_read_input_tokens": read}
 
 
 def _stop_reason(reply: Reply) -> str:

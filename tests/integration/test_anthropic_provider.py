@@ -31,6 +31,9 @@ async def server() -> AsyncIterator[FakeAnthropicServer]:
 def provider_for(
     endpoint: str | None, api_key: str | None = KEY, *, streaming: bool = False, **options: Any
 ) -> Provider:
+    """Prompt caching off unless a test turns it on: the other tests compare whole bodies, and
+    the caching tests below check where its breakpoints go."""
+    options.setdefault("promptCaching", False)
     return make_test_provider(
         "anthropic", "claude-test", endpoint, api_key, streaming=streaming, **options
     )
@@ -352,3 +355,127 @@ async def test_thread_server_serves_a_client_on_another_loop() -> None:
         ]
         assert second.text == "echo: thanks"
         assert fake.pending == 0
+
+
+# -- prompt caching ---------------------------------------------------------------------------
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+async def test_prompt_caching_marks_system_tools_and_stable_history(
+    server: FakeAnthropicServer,
+) -> None:
+    server.queue_reply(text="done", usage=(10, 2), cache_usage=(300, 1200))
+
+    reply = await complete(provider_for(server.base_url, promptCaching=True), tool_round_trip())
+
+    body = server.requests[0]
+    assert body["system"] == [
+        {"type": "text", "text": "You are terse.", "cache_control": EPHEMERAL}
+    ]
+    assert body["tools"][-1]["cache_control"] == EPHEMERAL
+    user, assistant, results = body["messages"]
+    assert all("cache_control" not in block for block in user["content"])
+    # The history the previous request sent ends at the assistant's tool calls: read from the
+    # cache; the new tool results end what the next request will find cached.
+    assert assistant["content"][-1]["cache_control"] == EPHEMERAL
+    assert [b.get("cache_control") for b in assistant["content"]] == [None, None, EPHEMERAL]
+    assert results["content"][-1]["cache_control"] == EPHEMERAL
+    assert "cache_control" not in results["content"][0]
+    # Usage counts every prompt token and says how many the cache served or took.
+    assert reply.usage == Usage(
+        input_tokens=1510, output_tokens=2, cache_read_tokens=1200, cache_creation_tokens=300
+    )
+
+
+async def test_prompt_caching_is_on_by_default_and_can_be_turned_off(
+    server: FakeAnthropicServer,
+) -> None:
+    request = ModelRequest(
+        messages=[Message(id="s", role="system", content="Be brief."), *ask().messages],
+        tools=[BASH],
+    )
+    await complete(make_test_provider("anthropic", "claude-test", server.base_url, KEY), request)
+    await complete(provider_for(server.base_url, promptCaching=False), request)
+
+    cached, plain = server.requests
+    assert cached["system"][0]["cache_control"] == EPHEMERAL
+    assert cached["messages"][-1]["content"][-1]["cache_control"] == EPHEMERAL
+    assert plain["system"] == "Be brief."
+    assert "cache_control" not in json.dumps(plain)
+
+
+async def test_streamed_usage_reports_the_cache(server: FakeAnthropicServer) -> None:
+    server.queue_reply(text="ok", usage=(5, 1), cache_usage=(0, 900))
+
+    reply = await complete(provider_for(server.base_url, streaming=True, promptCaching=True), ask())
+
+    assert reply.usage == Usage(input_tokens=905, output_tokens=1, cache_read_tokens=900)
+
+
+# -- extended thinking with tools -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_thinking_blocks_are_kept_across_tool_calls(
+    server: FakeAnthropicServer, streaming: bool
+) -> None:
+    thinking = {"type": "enabled", "budget_tokens": 2048}
+    server.queue_reply(
+        tool_calls=[{"id": "toolu_9", "name": "bash", "arguments": {"cmd": "ls"}}],
+        thinking=("I should list the files.", "sig-abc"),
+    )
+    server.queue_reply(text="There is a.txt.")
+    provider = provider_for(server.base_url, streaming=streaming, promptCaching=True)
+    try:
+        first = await provider.complete(ask("what is here?", thinking=thinking))
+        messages = [
+            *ask("what is here?").messages,
+            Message(
+                id="a",
+                role="assistant",
+                tool_calls=first.tool_calls,
+                metadata={"providerState": first.provider_state},
+            ),
+            Message(id="t", role="tool", content='{"status": "ok"}', tool_call_id="toolu_9"),
+        ]
+        second = await provider.complete(
+            ModelRequest(messages=messages, tools=[BASH], params={"thinking": thinking})
+        )
+    finally:
+        await provider.aclose()
+
+    assert second.text == "There is a.txt."  # the fake refuses a tool loop without the block
+    assert first.provider_state == {
+        "anthropic": {
+            "thinking": [
+                {"type": "thinking", "thinking": "I should list the files.", "signature": "sig-abc"}
+            ]
+        }
+    }
+    body = server.requests[1]
+    assert body["thinking"] == thinking
+    assistant = body["messages"][1]
+    assert assistant["content"][0] == {
+        "type": "thinking",
+        "thinking": "I should list the files.",
+        "signature": "sig-abc",
+    }
+    assert assistant["content"][1]["type"] == "tool_use"
+    assert assistant["content"][-1]["cache_control"] == EPHEMERAL
+
+
+async def test_fake_refuses_a_tool_loop_without_its_thinking_block(
+    server: FakeAnthropicServer,
+) -> None:
+    request = tool_round_trip()
+    request = ModelRequest(
+        messages=request.messages,
+        tools=request.tools,
+        params={"thinking": {"type": "enabled", "budget_tokens": 1024}},
+    )
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url), request)
+
+    assert "must start with a thinking block" in str(caught.value)
