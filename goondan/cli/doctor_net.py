@@ -121,7 +121,9 @@ def _online(label: str, provider: str, url: str, key: str | None) -> Check:
     except httpx.HTTPError as exc:
         return fail("endpoint", f"{label}: GET {target} failed: {type(exc).__name__}")
     status = response.status_code
-    if status in (401, 403):
+    # Gemini answers a wrong key with 400 INVALID_ARGUMENT, "API key not valid".
+    bad_key = provider == "google" and status == 400 and "API key" in response.text
+    if status in (401, 403) or bad_key:
         fix = "check the API key the Model's apiKey names" if key else "set the Model's apiKey"
         return fail("endpoint", f"{label}: the API key was rejected (HTTP {status})", fix)
     if 200 <= status < 300:

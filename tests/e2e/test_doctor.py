@@ -12,6 +12,7 @@ import pytest
 
 from tests.e2e.conftest import QUICKSTART, REPO, goondan, write_bundle
 from tests.fakes.anthropic_server import FakeAnthropicServerThread
+from tests.fakes.google_server import FakeGoogleServerThread
 from tests.fakes.openai_server import FakeOpenAIServerThread
 
 MODEL_BUNDLE = """\
@@ -225,11 +226,15 @@ def test_without_online_no_bytes_are_sent_to_the_endpoint(tmp_path, state_root):
 
 
 @pytest.mark.parametrize(
-    ("provider", "fake", "suffix"),
-    [("openai", FakeOpenAIServerThread, "/v1"), ("anthropic", FakeAnthropicServerThread, "")],
+    ("provider", "fake", "suffix", "status"),
+    [
+        ("openai", FakeOpenAIServerThread, "/v1", 401),
+        ("anthropic", FakeAnthropicServerThread, "", 401),
+        ("google", FakeGoogleServerThread, "", 400),  # Gemini: 400 "API key not valid"
+    ],
 )
 def test_online_tells_an_accepted_key_from_a_rejected_one(
-    tmp_path, state_root, provider, fake, suffix
+    tmp_path, state_root, provider, fake, suffix, status
 ):
     with fake(api_key="sk-right") as server:
         bundle = model_bundle(tmp_path, server.root_url + suffix, provider)
@@ -243,7 +248,7 @@ def test_online_tells_an_accepted_key_from_a_rejected_one(
     assert right.returncode == 0, right.stdout
     assert "the API key was accepted" in right.stdout
     assert wrong.returncode == 1
-    assert any("rejected (HTTP 401)" in line for line in lines(wrong, "fail")), wrong.stdout
+    assert any(f"rejected (HTTP {status})" in line for line in lines(wrong, "fail")), wrong.stdout
     for proc in (right, wrong):
         assert "sk-right" not in proc.stdout and "sk-wrong" not in proc.stdout
 

@@ -125,6 +125,16 @@ class FakeGoogleServer(LlmServer, _GoogleScripting):
 
     def _routes(self, app: web.Application) -> None:
         app.router.add_post("/v1beta/models/{call}", self._serve_call)
+        app.router.add_get("/v1beta/models", self._models)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        """`GET /v1beta/models` (what `goondan doctor --online` calls): the key check."""
+        key = request.headers.get("x-goog-api-key")
+        if not key:
+            return _error(403, "Method doesn't allow unregistered callers")
+        if self._api_keys is not None and key not in self._api_keys:
+            return _error(400, "API key not valid. Please pass a valid API key.")
+        return web.json_response({"models": [{"name": "models/gemini-fake"}]})
 
     async def _serve_call(self, request: web.Request) -> web.StreamResponse:
         model, _, method = request.match_info["call"].partition(":")
