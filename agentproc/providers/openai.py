@@ -133,29 +133,25 @@ class OpenAIProvider:
             if self._stream_options:
                 kwargs["stream_options"] = {"include_usage": True}
         messages = cast(Any, [_wire_message(m) for m in request.messages])
-        response = await self._create(messages, body, kwargs)
-        if self.streaming:
-            return await self._read_stream(response, on_text, on_chunk)
-        return self._reply(response)
-
-    async def aclose(self) -> None:
-        await self._client.close()
-
-    async def _create(self, messages: Any, body: dict[str, Any], kwargs: dict[str, Any]) -> Any:
         try:
-            return await self._client.chat.completions.create(
+            response = await self._client.chat.completions.create(
                 model=self._model, messages=messages, extra_body=body or None, **kwargs
             )
         except openai.APIConnectionError as exc:  # includes APITimeoutError
             raise self._unreachable(exc) from exc
         except openai.APIStatusError as exc:
             if "stream_options" in kwargs and _refuses_stream_options(exc):
-                self._stream_options = False
-                del kwargs["stream_options"]
-                return await self._create(messages, body, kwargs)
+                self._stream_options = False  # and the call again, this time without it
+                return await self.complete(request, on_text=on_text, on_chunk=on_chunk)
             raise self._status_error(exc) from exc
         except openai.OpenAIError as exc:
             raise ModelError(f"{self._where()} failed: {exc}") from exc
+        if self.streaming:
+            return await self._read_stream(response, on_text, on_chunk)
+        return self._reply(response)
+
+    async def aclose(self) -> None:
+        await self._client.close()
 
     def _reply(self, completion: Any) -> ModelReply:
         choices = getattr(completion, "choices", None)
