@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -258,3 +260,22 @@ async def test_unknown_param_is_a_config_error(server: FakeGoogleServer) -> None
 
     assert caught.value.code == "E_MODEL_CONFIG"
     assert server.requests == []
+
+
+def test_the_sdk_is_imported_only_by_a_google_model() -> None:
+    code = (
+        "import sys\n"
+        "import agentproc.zygote\n"
+        "from agentproc.providers import make_provider\n"
+        "from goondan.bundle.model import ModelSpec\n"
+        "make_provider(ModelSpec(provider='scripted', model='s'), None)\n"
+        "before = 'google.genai' in sys.modules\n"
+        "spec = ModelSpec(provider='google', model='g', endpoint='http://127.0.0.1:9')\n"
+        "make_provider(spec, 'k')\n"
+        "print(before, 'google.genai' in sys.modules)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
