@@ -63,6 +63,17 @@ class InstanceQueues(Generic[J]):
                 return
         self._workers.spawn(self._worker(key), name="instance worker")
 
+    def remove_queued(self, match: Callable[[J], bool]) -> list[tuple[str, J]]:
+        """Take the queued (not yet running) jobs `match` accepts out of every queue."""
+        removed: list[tuple[str, J]] = []
+        for key, queue in self._queues.items():
+            kept = [job for job in queue if not match(job)]
+            if len(kept) != len(queue):
+                removed += [(key, job) for job in queue if match(job)]
+                queue.clear()
+                queue.extend(kept)
+        return removed
+
     async def wait_idle(self) -> None:
         if not self._busy:
             return

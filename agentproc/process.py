@@ -20,7 +20,14 @@ from agentproc.log_limit import LogLimit
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
-from agentproc.turn import AgentDefinition, TurnInput, UpdateSink, find_request, run_turn
+from agentproc.turn import (
+    AgentDefinition,
+    TurnCancel,
+    TurnInput,
+    UpdateSink,
+    find_request,
+    run_turn,
+)
 from goondan.paths import BadInstanceKey, StatePaths, StorageError
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire, zmtp
@@ -102,6 +109,7 @@ class AgentProcess:
             self._run_job, max_parked=agent.max_parked_workers
         )
         self._instances: OrderedDict[str, Instance] = OrderedDict()  # least recently used first
+        self._running: dict[str, tuple[Job, TurnCancel]] = {}  # instance key -> its turn
         self._max_loaded = agent.max_loaded_instances
         self._inbox_limit = agent.inbox_limit
         self._heartbeat_interval_s = agent.heartbeat_interval_s
@@ -234,12 +242,21 @@ class AgentProcess:
         )
 
     def _on_control(self, env: wire.Envelope) -> None:
-        """A command from the orchestrator (`wire.DAEMON_COMMANDS`): `instance.drop` so far."""
+        """A command from the orchestrator (`wire.DAEMON_COMMANDS`)."""
         command = wire.decode_payload(env, wire.Control)
         if command.command not in wire.DAEMON_COMMANDS:
             error = wire.ErrorInfo(
                 ErrorCode.E_UNKNOWN_COMMAND, f"agents do not know '{command.command}'"
             )
+        elif command.command == "turn.cancel":
+            try:
+                cancel = wire.decode_args(command, wire.TurnCancelArgs)
+            except wire.BadArgs as exc:
+                error = wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc))
+            else:
+                result = wire.Cancelled(self._cancel_turns(cancel))
+                self._answer_control(env.from_, env.correlation_id, wire.ControlReply(True, result))
+                return
         else:
             try:
                 drop = wire.decode_args(command, wire.InstanceDropArgs)
@@ -249,6 +266,34 @@ class AgentProcess:
                 self.queues.submit(drop.instance_key, Drop(env.from_, env.correlation_id))
                 return
         self._answer_control(env.from_, env.correlation_id, wire.ControlReply(False, error=error))
+
+    def _cancel_turns(self, args: wire.TurnCancelArgs) -> list[wire.CancelledTurn]:
+        """Cancel the running turns matching `args` (each ends as cancelled and answers its
+        requester), and answer the matching queued ones without running them."""
+
+        def matches(job: Job | Settle | Drop) -> bool:
+            return (
+                isinstance(job, Job)
+                and (args.instance_key is None or job.instance_key == args.instance_key)
+                and (args.trace_id is None or job.trace_id == args.trace_id)
+                and (args.request_id is None or job.request_id == args.request_id)
+            )
+
+        cancelled: list[wire.CancelledTurn] = []
+        for key, (job, handle) in list(self._running.items()):
+            if matches(job) and not handle.requested:
+                handle.cancel()
+                cancelled.append(wire.CancelledTurn(self.name, key, job.trace_id, job.request_id))
+        for key, queued in self.queues.remove_queued(matches):
+            assert isinstance(queued, Job)
+            error = wire.ErrorInfo(
+                ErrorCode.E_TURN_CANCELLED, "The request was cancelled before its turn began."
+            )
+            self._reply(queued, wire.DelegateResult("error", self.name, error=error))
+            cancelled.append(wire.CancelledTurn(self.name, key, queued.trace_id, queued.request_id))
+        if cancelled:
+            self.log.info("turns cancelled", count=len(cancelled))
+        return cancelled
 
     def _answer_control(
         self, to: str, correlation_id: str | None, reply: wire.ControlReply
@@ -349,6 +394,11 @@ class AgentProcess:
             metadata=job.metadata,
         )
         restart_reason: str | None = None
+        task = asyncio.current_task()
+        assert task is not None
+        handle = TurnCancel(task)
+        cancelling = task.cancelling()
+        self._running[key] = (job, handle)
         try:
             outcome = await run_turn(
                 self.definition,
@@ -358,6 +408,7 @@ class AgentProcess:
                 instance.workdir,
                 resume=replay is not None,
                 updates=self._updates_for(job),
+                cancel=handle,
             )
             restart_reason = outcome.restart_reason
             if outcome.error_code is None:
@@ -377,6 +428,12 @@ class AgentProcess:
             self.log.exception("turn failed", instanceKey=key)
             error = wire.ErrorInfo(ErrorCode.E_TURN_FAILED, f"{type(exc).__name__}: {exc}")
             result = wire.DelegateResult("error", self.name, error=error, instance_key=key)
+        finally:
+            del self._running[key]
+        if handle.requested and task.cancelling() > cancelling:
+            # A middleware swallowed the cancel: it must not count against this worker's next
+            # job (whose deadlines compare cancel counts).
+            task.uncancel()
         self._reply(job, result)
         instance.last_turn_at = time.monotonic()
         # The turn's events are already with the OS, so the answer is safe from a crash. An

@@ -182,10 +182,12 @@ class ToolExecutor:
             try:
                 return await asyncio.wrap_future(future)
             except asyncio.CancelledError:
+                ctx._cancel()  # the thread runs on: `ctx.cancelled` tells the handler to stop
                 if watched.expired:
                     self._abandon(entry.name, future, timeout_ms)
                 raise
         except asyncio.CancelledError:
+            ctx._cancel()
             if watched.expired and task.uncancel() <= cancelling:
                 raise TimeoutError from None  # our deadline, and nobody else cancelled
             raise

@@ -147,6 +147,26 @@ def find_request(conversation: Conversation, request_id: str) -> Replay | None:
     return Replay(None)
 
 
+class TurnCancel:
+    """A handle on a running turn, for `goondan cancel`: `cancel()` cancels the task running
+    it, and the turn, telling that cancel from a shutdown's or a deadline's by `requested`,
+    ends as cancelled (`E_TURN_CANCELLED`) instead of propagating it."""
+
+    __slots__ = ("task", "requested")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.requested = False
+
+    def cancel(self) -> None:
+        if not self.requested:
+            self.requested = True
+            self.task.cancel()
+
+
+CANCELLED_TEXT = "The turn was cancelled before it finished."
+
+
 class TurnOutcome(msgspec.Struct, frozen=True):
     text: str
     finish_reason: FinishReason
@@ -166,11 +186,14 @@ async def run_turn(
     *,
     resume: bool = False,
     updates: UpdateSink | None = None,
+    cancel: TurnCancel | None = None,
 ) -> TurnOutcome:
     """Run one turn. With `resume`, the input is already in the conversation (a redelivered
     request whose turn was cut short): continue from where it stopped. Messages that arrived
-    in the instance's inbox join the conversation before each step."""
+    in the instance's inbox join the conversation before each step. `cancel`, when given, is
+    the handle that may cancel it (see `TurnCancel`)."""
     run = TurnRun(agent, instance, turn_input, runtime, workdir, updates)
+    run.cancel = cancel
     tokens = (
         current_state.set(instance.state),
         current_jobs.set(instance.jobs),
@@ -239,6 +262,7 @@ class TurnRun:
             self.conversation, self.message_events, list(self.conversation.messages)
         )
         self.metadata: dict[str, Any] = {}
+        self.cancel: TurnCancel | None = None
         self._seq = 0
 
     # -- the turn ------------------------------------------------------------------------------
@@ -273,6 +297,8 @@ class TurnRun:
             },
         )
         layers = self.agent.pipeline.chain("turn", _turn_core)
+        cancel = self.cancel
+        cancelling = cancel.task.cancelling() if cancel is not None else 0
         try:
             if len(layers) == 1:  # no turn middleware: no context object to build
                 result = await self.core_turn()
@@ -283,10 +309,25 @@ class TurnRun:
                     f"turn middleware returned {type(result).__name__}, not a TurnResult"
                 )
         except asyncio.CancelledError:
-            self.conversation.flush()
-            self.instance.end_turn()
-            self._finished("turn.failed", self.result("aborted", ""), started)
-            raise
+            if cancel is None or not cancel.requested or cancel.task.uncancel() > cancelling:
+                self.conversation.flush()
+                self.instance.end_turn()
+                self._finished("turn.failed", self.result("aborted", ""), started)
+                raise
+            # Cancelled on request: the tool calls have their E_TOOL_CANCELLED results by now;
+            # the conversation says the turn stopped, and the requester hears why.
+            self.log.info("turn cancelled")
+            self.append(
+                Message(
+                    id=self.next_id(),
+                    role="assistant",
+                    content=CANCELLED_TEXT,
+                    metadata={"__goondanCancelled": True},
+                )
+            )
+            result = self.result(
+                "aborted", CANCELLED_TEXT, ErrorDetail(ErrorCode.E_TURN_CANCELLED, CANCELLED_TEXT)
+            )
         except Exception as exc:  # a bug in middleware or the loop: an answer, not a crash
             self.log.exception("turn failed")
             message = f"The turn failed: {type(exc).__name__}: {exc}"

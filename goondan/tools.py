@@ -193,7 +193,10 @@ class AgentRuntime(Protocol):
 class ToolContext:
     """What a handler knows about the call. Nothing else (no bundle, no credentials).
 
-    `update(...)` reports progress while the handler runs (from any thread).
+    `update(...)` reports progress while the handler runs (from any thread). `cancelled`
+    turns True when the call is cancelled (the turn was cancelled, or the call timed out): an
+    async handler is cancelled anyway, but a sync one runs on in its thread until it returns,
+    so a long one should look at `ctx.cancelled` now and then and stop early.
     """
 
     __slots__ = (
@@ -207,6 +210,7 @@ class ToolContext:
         "runtime",
         "_workdir",
         "_on_update",
+        "_cancelled",
     )
 
     def __init__(
@@ -233,6 +237,16 @@ class ToolContext:
         self.runtime = runtime
         self._workdir = workdir
         self._on_update = on_update
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the call is cancelled or timed out; a sync handler should then return."""
+        return self._cancelled
+
+    def _cancel(self) -> None:
+        """The runtime's: the call is cancelled (set on the agent's loop, read in any thread)."""
+        self._cancelled = True
 
     @property
     def workdir(self) -> Path:

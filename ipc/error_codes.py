@@ -338,6 +338,11 @@ class ErrorCode(StrEnum):
     )
     E_STEP_FAILED = "E_STEP_FAILED", "turn", "A step of a turn failed."
     E_TURN_BUDGET = "E_TURN_BUDGET", "turn", "A turn used up its step budget."
+    E_TURN_CANCELLED = (
+        "E_TURN_CANCELLED",
+        "turn",
+        "A turn was cancelled (`goondan cancel`, or Ctrl-C on `goondan send`).",
+    )
     E_TURN_FAILED = "E_TURN_FAILED", "turn", "A turn failed."
 
     # -- tool calls (the runtime) ----------------------------------------------------------

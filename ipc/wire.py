@@ -209,6 +209,25 @@ class InstanceDropArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="
     instance_key: Annotated[str, msgspec.Meta(min_length=1)]
 
 
+class CancelArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`cancel` (CLI -> orchestrator): cancel the running turns that match every filter given
+    (`all`: every running turn), and the delegations they wait on, down the chain."""
+
+    agent: str | None = None
+    instance_key: str | None = None
+    trace_id: str | None = None
+    all: bool = False
+
+
+class TurnCancelArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`turn.cancel` (orchestrator -> agent): cancel the running or queued turns matching every
+    filter given (`requestId`: the one request the orchestrator forwarded under that id)."""
+
+    instance_key: str | None = None
+    trace_id: str | None = None
+    request_id: str | None = None
+
+
 ControlArgs = (
     StatusArgs
     | StopArgs
@@ -217,6 +236,8 @@ ControlArgs = (
     | SpawnArgs
     | ListArgs
     | InstanceDropArgs
+    | CancelArgs
+    | TurnCancelArgs
 )
 
 
@@ -311,7 +332,24 @@ class Deleted(msgspec.Struct, frozen=True):
     deleted: list[str]
 
 
-ControlResult = Status | Stopping | Reloaded | Restarted | Deleted | Spawned | Listed | Dropped
+class CancelledTurn(msgspec.Struct, frozen=True, rename="camel"):
+    """A turn a cancel stopped (or a queued request it removed)."""
+
+    agent: str
+    instance_key: str
+    trace_id: str
+    request_id: str
+
+
+class Cancelled(msgspec.Struct, frozen=True):
+    """The result of `cancel` (every agent's turns) and `turn.cancel` (the agent's)."""
+
+    turns: list[CancelledTurn]
+
+
+ControlResult = (
+    Status | Stopping | Reloaded | Restarted | Deleted | Spawned | Listed | Dropped | Cancelled
+)
 
 
 class Command(NamedTuple):
@@ -326,8 +364,9 @@ CLI_COMMANDS: Final[dict[str, Command]] = {
     "stop": Command(StopArgs, Stopping),
     "restart": Command(RestartArgs, Reloaded | Restarted),  # (no agent) | (--agent)
     "instance.delete": Command(InstanceDeleteArgs, Deleted),
+    "cancel": Command(CancelArgs, Cancelled),
 }
-"""The commands of control.sock (`goondan status/stop/restart/instance delete`)."""
+"""The commands of control.sock (`goondan status/stop/restart/instance delete/cancel`)."""
 AGENT_COMMANDS: Final[dict[str, Command]] = {
     "spawn": Command(SpawnArgs, Spawned),
     "list": Command(ListArgs, Listed),
@@ -335,6 +374,7 @@ AGENT_COMMANDS: Final[dict[str, Command]] = {
 """What an agent process may ask the orchestrator itself (on agents.sock)."""
 DAEMON_COMMANDS: Final[dict[str, Command]] = {
     "instance.drop": Command(InstanceDropArgs, Dropped),
+    "turn.cancel": Command(TurnCancelArgs, Cancelled),
 }
 """What the orchestrator asks an agent process (`AgentCalls`)."""
 

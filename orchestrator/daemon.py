@@ -31,6 +31,7 @@ from ipc.endpoints import ensure_private_dir, ipc_endpoint
 from ipc.error_codes import ErrorCode
 from ipc.router_socket import RouterSocket, Unroutable, connection_cap
 from ipc.tasks import TaskSet
+from orchestrator.cancel import cancel_turns
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
 from orchestrator.instances import InstanceRegistry, delete_instance
@@ -204,6 +205,7 @@ class Daemon:
                 "stop": self._cmd_stop,
                 "restart": self._cmd_restart,
                 "instance.delete": self._cmd_instance_delete,
+                "cancel": self._cmd_cancel,
             },
             wire.CLI_COMMANDS,
         )
@@ -819,6 +821,27 @@ class Daemon:
         self.instances.forget(key)
         self._log.info("instance deleted", instanceKey=key, deleted=deleted)
         return wire.Deleted(deleted)
+
+    async def _cmd_cancel(self, args: wire.CancelArgs) -> wire.Cancelled:
+        if args.agent is not None and args.agent not in self.router.agents:
+            known = ", ".join(sorted(self.router.agents))
+            raise CommandError(
+                ErrorCode.AGENT_NOT_FOUND, f"no agent '{args.agent}' in this swarm ({known})"
+            )
+        if not args.all and (args.agent, args.instance_key, args.trace_id) == (None, None, None):
+            raise CommandError(
+                ErrorCode.E_BAD_REQUEST, "say which turns: --agent, --instance, --trace or --all"
+            )
+        names = [args.agent] if args.agent is not None else self.agent_names
+        turns = await cancel_turns(
+            wire.TurnCancelArgs(args.instance_key, args.trace_id),
+            [n for n in names if self.supervisor.is_ready(n)],
+            self.router,
+            self.agent_calls,
+            self.settings.daemon.instance_drop_timeout_s,
+        )
+        self._log.info("cancel requested by the control socket", cancelled=len(turns))
+        return wire.Cancelled(turns)
 
     def status(self) -> wire.Status:
         return wire.Status(

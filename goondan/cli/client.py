@@ -102,6 +102,7 @@ class ControlClient:
         instance_key: str,
         timeout_s: float,
         on_update: Callable[[wire.TurnUpdate], None] | None = None,
+        trace_id: str | None = None,
     ) -> wire.DelegateResult:
         payload = wire.Delegate(
             input=text,
@@ -115,9 +116,26 @@ class ControlClient:
             agent or "",
             payload,
             correlation_id="1",
-            trace_id=secrets.token_hex(16),
+            trace_id=trace_id or secrets.token_hex(16),
         )
         # Our own deadline is a little later than the request's, so the daemon's
         # AGENT_REQUEST_TIMEOUT answer arrives first.
         answer = self.call(frame, timeout_s + 2, on_update)
         return wire.decode_payload(answer, wire.DelegateResult)
+
+    def cancel_request(self, trace_id: str, timeout_s: float) -> wire.Cancelled | None:
+        """Cancel the turns of the request sent under `trace_id` (Ctrl-C on `send`); None
+        when the daemon did not confirm within `timeout_s`. The answer to the request itself,
+        if it comes first, is skipped."""
+        control = wire.control("cancel", wire.CancelArgs(trace_id=trace_id))
+        frame = wire.encode(wire.CONTROL, "cli", wire.ORCHESTRATOR, control, correlation_id="2")
+        self._sock.send(frame)
+        deadline = time.monotonic() + timeout_s
+        while (remaining := deadline - time.monotonic()) > 0:
+            if not self._sock.poll(int(remaining * 1000)):
+                return None
+            env = wire.decode(self._sock.recv())
+            if env.type == wire.CONTROL_REPLY and env.correlation_id == "2":
+                reply = wire.decode_payload(env, wire.ControlReply)
+                return wire.decode_result(reply, wire.Cancelled) if reply.ok else None
+        return None

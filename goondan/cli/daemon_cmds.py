@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import sys
 import time
 from datetime import UTC, datetime
@@ -89,13 +90,26 @@ def _send(client: ControlClient, args: argparse.Namespace) -> int:
         if args.stream == "on" or (args.stream == "auto" and sys.stdout.isatty())
         else None
     )
-    result = client.send(
-        args.text,
-        agent=args.agent,
-        instance_key=args.instance,
-        timeout_s=args.timeout,
-        on_update=show.update if show else None,
-    )
+    trace_id = secrets.token_hex(16)
+    try:
+        result = client.send(
+            args.text,
+            agent=args.agent,
+            instance_key=args.instance,
+            timeout_s=args.timeout,
+            on_update=show.update if show else None,
+            trace_id=trace_id,
+        )
+    except KeyboardInterrupt:
+        # Ctrl-C: the turn is ours to stop, not to leave running. A second Ctrl-C while the
+        # daemon confirms raises out of here at once; `main` exits 130 either way.
+        print("\ngoondan: cancelling the request (Ctrl-C again to leave at once)", file=sys.stderr)
+        cancelled = client.cancel_request(trace_id, timeout_s=5)
+        if cancelled is None:
+            print("goondan: the daemon did not confirm the cancel", file=sys.stderr)
+        else:
+            print(f"goondan: cancelled {len(cancelled.turns)} turn(s)", file=sys.stderr)
+        raise
     if result.status == "ok":
         if show is not None and show.streamed:
             print()  # the text is on screen already

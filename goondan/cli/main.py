@@ -23,6 +23,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan status                        processes of the running swarm
   goondan restart [--agent NAME]        reload the bundle / restart one agent
   goondan stop                          stop the running swarm cleanly
+  goondan cancel --instance KEY         stop running turns (also --agent, --trace, --all)
   goondan logs [-f] [--trace ID]        turns, steps and tool calls as they happen
   goondan instance list|show|delete     stored conversations
   goondan doctor [./my-bundle]          check everything `run` needs, one line per check
@@ -285,6 +286,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser(
+        "cancel",
+        help="cancel running turns, and the delegations they wait on",
+        description="Cancel the running turns that match every filter given (--all: every "
+        "running turn), and the turns of other agents they wait on, down the chain. A "
+        "cancelled turn stops its model call and tool calls, is recorded as cancelled in its "
+        "conversation, and answers its requester with E_TURN_CANCELLED.",
+        formatter_class=HelpFormatter,
+        epilog="prints: one `cancelled AGENT/INSTANCE trace TRACE` line per turn, on a "
+        "terminal and on a pipe (--json: a list of objects with agent, instanceKey, traceId, "
+        "requestId)\n"
+        "exit: 0 something was cancelled, 1 nothing matched, 2 no orchestrator running or bad "
+        "usage, 130 Ctrl-C",
+    )
+    p.add_argument("--agent", help="only this agent's turns")
+    p.add_argument("--instance", help="only the turns of this instanceKey")
+    p.add_argument("--trace", help="only the turns of this traceId (one request across agents)")
+    p.add_argument("--all", action="store_true", help="every running turn (no filter needed)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+
+    p = sub.add_parser(
         "logs",
         help="show runtime events (turns, steps, tool calls)",
         description="Show the runtime events of stored instances. Works with or without a "
@@ -518,6 +540,10 @@ def _run_command(argv: Sequence[str] | None) -> int:
             "goondan send: give one input: TEXT, '-' (stdin) or --input-file FILE", file=sys.stderr
         )
         return 2
+    if args.command == "cancel":
+        from goondan.cli.cancel_cmd import run_cancel
+
+        return run_cancel(args)
     from goondan.cli import daemon_cmds
 
     return daemon_cmds.dispatch(args)

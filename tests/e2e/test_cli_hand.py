@@ -46,6 +46,12 @@ def wait_tool_called(state_root: Path) -> None:
     wait_for(lambda: events.exists() and "tool.called" in events.read_text(), timeout=20)
 
 
+def wait_turn_cancelled(state_root: Path) -> None:
+    """The agent's turn stopped: Ctrl-C on `send` cancels it, not only the client."""
+    events = state_root / "swarms/default/agents/solo/runtime-events.jsonl"
+    wait_for(lambda: "E_TURN_CANCELLED" in events.read_text(), timeout=20)
+
+
 def no_traceback(text: str) -> None:
     assert "Traceback" not in text and "Exception ignored" not in text, text
 
@@ -191,6 +197,8 @@ def test_sigint_to_a_waiting_send_exits_130(start_daemon, tmp_path, state_root, 
     assert proc.returncode == 130, err
     assert out == ""
     no_traceback(err)
+    if presses == 1:
+        wait_turn_cancelled(state_root)
     assert daemon.proc.poll() is None  # the daemon serves on (other instances meanwhile)
     assert daemon.send("hi", "--instance", "other", timeout=30).returncode == 0
 
@@ -259,6 +267,7 @@ def test_ctrl_c_typed_into_an_interactive_send(
     screen = tmux("capture-pane", "-p", "-t", "t", "-S", "-100")
     assert status == "130", screen
     no_traceback(screen)
+    wait_turn_cancelled(state_root)
 
 
 # -- instance show -----------------------------------------------------------------------------
