@@ -204,3 +204,37 @@ def test_api_keys_rotate_past_a_revoked_key(start_daemon, tmp_path):
         assert server.authorizations == ["Bearer sk-revoked", "Bearer sk-second"]
         assert "model API key cooling down" in daemon.logs()
         assert "sk-revoked" not in daemon.logs()  # keys never reach the logs
+
+
+def test_cancel_stops_a_streaming_model_call(start_daemon, tmp_path, server, state_root):
+    import subprocess
+    import time
+
+    from tests.e2e.conftest import GOONDAN, wait_for
+
+    bundle = write_bundle(
+        tmp_path / "b", STREAMING % {"endpoint": server.base_url}, {"calc.py": CALC}
+    )
+    # The stream opens at once, and its first chunk would come a minute later.
+    server.queue_reply(chunks=["never ", "seen"], first_chunk_delay_seconds=60)
+    daemon = start_daemon(bundle, env={"FAKE_OPENAI_KEY": "sk-test"})
+    proc = subprocess.Popen(
+        [*GOONDAN, "send", "hello", "--state-root", str(state_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(lambda: len(server.requests) == 1, timeout=30)
+    started = time.monotonic()
+    done = daemon.cli("cancel", "--agent", "helper")
+    assert done.returncode == 0, done.stderr
+    out, err = proc.communicate(timeout=20)
+    assert time.monotonic() - started < 15  # not the minute the model would have taken
+    assert proc.returncode == 1 and "E_TURN_CANCELLED" in err, (out, err)
+    # The next turn of the instance is a fresh model call, after the cancelled one.
+    server.queue_reply(chunks=["fine ", "now"])
+    again = daemon.send("hello again")
+    assert again.returncode == 0 and again.stdout == "fine now\n", again.stderr
+    sent = server.requests[-1]["messages"]
+    assert [m["role"] for m in sent[-3:]] == ["user", "assistant", "user"]
+    assert "cancelled" in sent[-2]["content"]
