@@ -183,8 +183,7 @@ class ToolExecutor:
                 return await asyncio.wrap_future(future)
             except asyncio.CancelledError:
                 ctx._cancel()  # the thread runs on: `ctx.cancelled` tells the handler to stop
-                if watched.expired:
-                    self._abandon(entry.name, future, timeout_ms)
+                self._abandon(entry.name, future, timeout_ms, timed_out=watched.expired)
                 raise
         except asyncio.CancelledError:
             ctx._cancel()
@@ -198,8 +197,8 @@ class ToolExecutor:
         """Refuse a sync call while its tool, or too many tools, have timed-out calls running."""
         if self.abandoned.get(name):
             raise ToolStillRunning(
-                f"Tool '{name}' is refused: an earlier call timed out and is still running "
-                "(a thread cannot be stopped)."
+                f"Tool '{name}' is refused: an earlier call timed out or was cancelled and is "
+                "still running (a thread cannot be stopped)."
             )
         total = sum(self.abandoned.values())
         if total >= self._max_abandoned:
@@ -209,15 +208,22 @@ class ToolExecutor:
                 "are still running in this agent's threads."
             )
 
-    def _abandon(self, name: str, future: concurrent.futures.Future[Any], timeout_ms: int) -> None:
-        """A timed-out sync call runs on in its thread (its late result is dropped): count it
-        until it returns."""
+    def _abandon(
+        self,
+        name: str,
+        future: concurrent.futures.Future[Any],
+        timeout_ms: int,
+        *,
+        timed_out: bool = True,
+    ) -> None:
+        """A timed-out or cancelled sync call runs on in its thread (its late result is
+        dropped): count it until it returns."""
         if future.cancel():  # it had not started: nothing runs on
             return
         self.abandoned[name] = self.abandoned.get(name, 0) + 1
         self._log.warning(
-            "sync tool call timed out and runs on in its thread; the tool is refused until "
-            "it returns or the agent restarts",
+            f"sync tool call {'timed out' if timed_out else 'cancelled'} and runs on in its "
+            "thread; the tool is refused until it returns or the agent restarts",
             tool=name,
             timeoutMs=timeout_ms,
             abandonedThreads=sum(self.abandoned.values()),

@@ -326,6 +326,42 @@ async def test_a_timed_out_sync_call_blocks_its_tool_until_it_returns():
     executor.close()
 
 
+async def test_a_cancelled_sync_call_is_told_through_ctx_cancelled():
+    import threading
+
+    seen: list[bool] = []
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow(ctx, args):
+        started.set()
+        while not ctx.cancelled and not release.is_set():
+            release.wait(0.01)
+        seen.append(ctx.cancelled)
+        release.wait(30)  # it heard, but takes its time to return
+        return {}
+
+    registry = ToolRegistry([make("m__slow", slow, timeout_ms=60_000)])
+    executor = ToolExecutor(registry)
+    task = asyncio.ensure_future(invoke(executor, "m__slow", {"x": 1}))
+    await asyncio.to_thread(started.wait, 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(500):
+        if seen:
+            break
+        await asyncio.sleep(0.01)
+    assert seen == [True]
+    # Until its thread returns, the tool is refused, as for a timed-out call.
+    refused = (await invoke(executor, "m__slow", {"x": 1})).error
+    assert refused.code == "E_TOOL_STILL_RUNNING" and "cancelled" in refused.message
+    release.set()
+    while executor.abandoned:
+        await asyncio.sleep(0.01)
+    executor.close()
+
+
 async def test_past_the_cap_of_timed_out_threads_every_sync_tool_is_refused():
     import threading
 
