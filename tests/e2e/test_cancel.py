@@ -296,3 +296,28 @@ def test_ctrl_c_on_send_cancels_its_turn(swarm, state_root):
     assert ended and ended[-1]["data"]["errorCode"] == "E_TURN_CANCELLED"
     time.sleep(0.2)
     assert daemon.send("hello again", timeout=30).returncode == 0
+
+
+def test_a_cancelled_request_is_not_delivered_again_after_a_crash(
+    swarm, state_root, start_daemon, tmp_path
+):
+    daemon, _ = swarm
+    proc = start_send(state_root, "async", "--instance", "j")
+    wait_event(state_root, "front", "tool.called")
+    trace = next(e["traceId"] for e in events(state_root, "front") if e["type"] == "tool.called")
+    assert cancel(daemon, "--instance", "j").returncode == 0
+    _, err = proc.communicate(timeout=20)
+    assert "E_TURN_CANCELLED" in err
+    daemon.proc.kill()  # SIGKILL: only what the journal holds survives
+    daemon.proc.wait()
+    (state_root / "run/orchestrator.json").unlink()  # so the next one is awaited
+    again = start_daemon(tmp_path / "b")
+    assert again.send("hello", "--instance", "other", timeout=30).returncode == 0
+    time.sleep(1)  # a redelivery would have started by now, before or with that turn
+    started = [
+        e
+        for e in events(state_root, "front")
+        if e["type"] == "turn.started" and e["traceId"] == trace
+    ]
+    assert len(started) == 1, started
+    assert "delivering unanswered inputs" not in again.logs()
