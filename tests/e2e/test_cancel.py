@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,7 +150,7 @@ def swarm(start_daemon, tmp_path: Path) -> tuple[Daemon, Path]:
     return start_daemon(bundle), marks
 
 
-def events(state_root: Path, agent: str) -> list[dict]:
+def events(state_root: Path, agent: str) -> list[dict[str, Any]]:
     path = state_root / f"swarms/default/agents/{agent}/runtime-events.jsonl"
     if not path.exists():
         return []
@@ -234,15 +235,15 @@ def test_cancel_goes_down_a_delegation_chain(swarm, state_root):
     assert len({t["traceId"] for t in turns}) == 1
     _, err = proc.communicate(timeout=20)
     assert proc.returncode == 1 and "E_TURN_CANCELLED" in err, err
+
     # Both turns ended as cancelled, and both conversations say so.
-    for agent in ("front", "back"):
-        wait_for(
-            lambda agent=agent: any(
-                e["type"] == "turn.failed" and e["data"].get("errorCode") == "E_TURN_CANCELLED"
-                for e in events(state_root, agent)
-            ),
-            timeout=20,
+    def ended_cancelled(agent: str) -> bool:
+        return any(
+            e["type"] == "turn.failed" and e["data"].get("errorCode") == "E_TURN_CANCELLED"
+            for e in events(state_root, agent)
         )
+
+    wait_for(lambda: ended_cancelled("front") and ended_cancelled("back"), timeout=20)
     assert_cancelled_cleanly(conversation(state_root, "front"))
     back_keys = list((state_root / "swarms/default/instances").iterdir())
     back = [read_messages(k / "back") for k in back_keys if (k / "back").exists()]
