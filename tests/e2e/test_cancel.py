@@ -322,3 +322,20 @@ def test_a_cancelled_request_is_not_delivered_again_after_a_crash(
     ]
     assert len(started) == 1, started
     assert "delivering unanswered inputs" not in again.logs()
+
+
+def test_a_queued_request_is_cancelled_before_its_turn(swarm, state_root):
+    daemon, _ = swarm
+    running = start_send(state_root, "async", "--instance", "q")
+    wait_event(state_root, "front", "tool.called")
+    queued = start_send(state_root, "hello, are you there", "--instance", "q")
+    time.sleep(1)  # it waits behind the running turn of the same instance
+    done = cancel(daemon, "--instance", "q", "--json")
+    assert done.returncode == 0, done.stderr
+    assert len(json.loads(done.stdout)) == 2, done.stdout
+    for proc in (running, queued):
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 1 and "E_TURN_CANCELLED" in err, err
+    messages = conversation(state_root, "front", "q")
+    assert not any("are you there" in (m.content or "") for m in messages)  # never ran
+    assert_cancelled_cleanly(messages)
