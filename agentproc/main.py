@@ -95,6 +95,7 @@ async def build_definition(
         pricing=model.pricing,
         bus=EventBus(),
         settings=settings.agent,
+        bundle_root=str(bundle.root),
     )
     try:
         await load_extensions(

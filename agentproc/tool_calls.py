@@ -23,7 +23,7 @@ from agentproc.tool_args import ArgumentsError, parse_arguments
 from agentproc.tool_executor import invalid_args, truncate_error_message
 from agentproc.tracing import current_span, new_span_id
 from agentproc.turn_state import ToolBatchOutcome, TurnStop
-from goondan.extensions import ToolCallMiddlewareContext
+from goondan.extensions import RuntimeContext, ToolCallMiddlewareContext
 from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolProgress, ToolResult
 from ipc.error_codes import ErrorCode
 
@@ -44,6 +44,10 @@ class CallCtx(ToolCallMiddlewareContext):
     span: str
     step_span: str
     catalog_names: frozenset[str]
+
+    @property
+    def runtime(self) -> RuntimeContext:
+        return self.run.runtime_context
 
 
 class _Done(msgspec.Struct):

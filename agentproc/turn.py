@@ -39,6 +39,7 @@ from agentproc.loop_guard import LoopGuard
 from agentproc.messages import Message, ModelReply, ToolCall, Usage
 from agentproc.middleware import Pipeline
 from agentproc.providers import Provider
+from agentproc.runtime_context import runtime_context
 from agentproc.runtime_events import elapsed_ms, new_turn_id
 from agentproc.step import run_step
 from agentproc.tool_calls import restart_requested, result_message
@@ -58,6 +59,7 @@ from goondan.extensions import (
     MiddlewareError,
     RemoveMessage,
     ReplaceMessage,
+    RuntimeContext,
     StepResult,
     TokenUsage,
     TruncateMessages,
@@ -85,6 +87,7 @@ class AgentDefinition:
     loop_detection: LoopDetectionPolicy = LoopDetectionPolicy()
     pricing: ModelPricing | None = None
     bus: EventBus | None = None
+    bundle_root: str = ""  # for `ctx.runtime.agent`
     settings: AgentSettings = DEFAULTS.agent  # tool threads and time limits
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
@@ -126,6 +129,7 @@ class TurnInput(msgspec.Struct, frozen=True):
     request_id: str = ""
     parent_span_id: str | None = None  # the caller's tool span, for a delegated turn
     metadata: dict[str, Any] = {}
+    call_chain: tuple[str, ...] = ()  # the agents a delegated request passed through
 
 
 class Replay(msgspec.Struct, frozen=True):
@@ -512,6 +516,11 @@ class TurnRun:
             self.append(message)
 
     # -- helpers -------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def runtime_context(self) -> RuntimeContext:
+        """`ctx.runtime` of the middleware: made on first use, as most turns never ask."""
+        return runtime_context(self.agent, self.runtime.catalog(), self.input)
 
     @functools.cached_property
     def guard(self) -> LoopGuard:

@@ -19,6 +19,7 @@ from agentproc.messages import Message, ToolCall
 from goondan.extensions import (
     ErrorDetail,
     MessageEvent,
+    RuntimeContext,
     StepMiddlewareContext,
     TokenUsage,
     TurnMiddlewareContext,
@@ -128,11 +129,19 @@ class TurnCtx(TurnMiddlewareContext):
     __slots__ = ("run",)
     run: TurnRun
 
+    @property
+    def runtime(self) -> RuntimeContext:
+        return self.run.runtime_context
+
 
 class StepCtx(StepMiddlewareContext):
     __slots__ = ("run", "span")
     run: TurnRun
     span: str
+
+    @property
+    def runtime(self) -> RuntimeContext:
+        return self.run.runtime_context
 
 
 __all__ = [

@@ -146,6 +146,69 @@ class InputEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     metadata: dict[str, Any] = {}
 
 
+# -- the runtime context (`ctx.runtime`) -----------------------------------------------------
+
+
+class RuntimePrompt(msgspec.Struct, frozen=True, omit_defaults=True):
+    system: str | None = None  # `spec.prompt`, with `systemRef` already read
+
+
+class RuntimeAgent(msgspec.Struct, frozen=True, omit_defaults=True):
+    name: str
+    bundle_root: str
+    prompt: RuntimePrompt | None = None  # None: the agent has no prompt
+
+
+class RuntimeSwarm(msgspec.Struct, frozen=True):
+    """The swarm as `agents__catalog` shows it."""
+
+    swarm_name: str
+    entry_agent: str
+    self_agent: str
+    available_agents: tuple[str, ...]
+    callable_agents: tuple[str, ...]
+
+
+class RuntimeInbound(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The message that started the turn. `event_type` is a connector's event name, an
+    agent's `eventType` (default `agent.request` / `agent.send`), or `cli.request`."""
+
+    event_id: str
+    event_type: str
+    source_kind: str  # "agent", "cli", "connector", "orchestrator"
+    source_name: str
+    created_at: str  # ISO 8601, UTC
+    instance_key: str
+    properties: dict[str, str] = {}  # a connector event's properties
+    event_metadata: dict[str, Any] = {}  # the `metadata` an agent sent with it
+
+
+class RuntimeReplyTo(msgspec.Struct, frozen=True):
+    target: str  # the agent waiting for the answer
+    correlation_id: str
+
+
+class RuntimeCall(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Set when another agent asked for the turn (`agents__request` / `agents__send`)."""
+
+    caller_agent: str
+    caller_instance_key: str | None = None
+    caller_turn_id: str | None = None
+    call_source: str | None = None  # "request" or "send"
+    call_stack: tuple[str, ...] = ()  # the agents the call passed through, oldest first
+    reply_to: RuntimeReplyTo | None = None  # None for `send`: nobody waits
+
+
+class RuntimeContext(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`ctx.runtime` in every middleware context: who runs the turn and why (upstream
+    Goondan's `ctx.runtime.agent` / `swarm` / `inbound` / `call`)."""
+
+    agent: RuntimeAgent
+    swarm: RuntimeSwarm
+    inbound: RuntimeInbound
+    call: RuntimeCall | None = None
+
+
 # -- middleware contexts ---------------------------------------------------------------------
 
 
@@ -159,9 +222,19 @@ class MiddlewareAgents(Protocol):
         *,
         instance_key: str | None = None,
         timeout_ms: int | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> DelegateReply: ...
 
-    async def send(self, target: str, input: str, *, instance_key: str | None = None) -> None: ...
+    async def send(
+        self,
+        target: str,
+        input: str,
+        *,
+        instance_key: str | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str: ...
 
 
 Layer = Callable[[Any], Awaitable[Any]]
@@ -237,6 +310,11 @@ class TurnMiddlewareContext(_Onion[TurnResult]):
     def emit_message_event(self, event: MessageEvent) -> None:
         self._emit(event)
 
+    @property
+    def runtime(self) -> RuntimeContext:
+        """Agent, swarm, inbound message and caller of this turn (set by the agent process)."""
+        raise NotImplementedError("ctx.runtime is provided by the agent process")
+
 
 class StepMiddlewareContext(_Onion[StepResult]):
     __slots__ = (
@@ -284,6 +362,11 @@ class StepMiddlewareContext(_Onion[StepResult]):
     def emit_message_event(self, event: MessageEvent) -> None:
         self._emit(event)
 
+    @property
+    def runtime(self) -> RuntimeContext:
+        """Agent, swarm, inbound message and caller of this turn (set by the agent process)."""
+        raise NotImplementedError("ctx.runtime is provided by the agent process")
+
 
 class ToolCallMiddlewareContext(_Onion[ToolResult]):
     __slots__ = (
@@ -321,6 +404,11 @@ class ToolCallMiddlewareContext(_Onion[ToolResult]):
         self.tool_call_id = tool_call_id
         self.args = args  # mutable: the handler receives what is here after the outer layers
         self.metadata: dict[str, Any] = {}
+
+    @property
+    def runtime(self) -> RuntimeContext:
+        """Agent, swarm, inbound message and caller of this turn (set by the agent process)."""
+        raise NotImplementedError("ctx.runtime is provided by the agent process")
 
 
 TurnMiddleware = Callable[[TurnMiddlewareContext], Awaitable[TurnResult]]

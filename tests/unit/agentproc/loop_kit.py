@@ -101,6 +101,15 @@ class NoRuntime:
     async def send(self, target: str, input: str, **kw: Any) -> None:
         raise AssertionError("no other agents here")
 
+    def catalog(self) -> dict[str, Any]:
+        return {
+            "swarmName": "default",
+            "entryAgent": "tester",
+            "selfAgent": "tester",
+            "availableAgents": ["helper", "tester"],
+            "callableAgents": ["helper"],
+        }
+
 
 def instance(directory: Path, key: str = "k1") -> Instance:
     return Instance(key, directory / key).load()
@@ -114,12 +123,14 @@ async def turn(
     resume: bool = False,
     parent_span_id: str | None = None,
     trace_id: str = "t" * 32,
+    turn_input: TurnInput | None = None,
 ) -> TurnOutcome:
     inst = where if isinstance(where, Instance) else instance(where)
     return await run_turn(
         definition,
         inst,
-        TurnInput(text, inst.key, trace_id, "cli:test", parent_span_id=parent_span_id),
+        turn_input
+        or TurnInput(text, inst.key, trace_id, "cli:test", parent_span_id=parent_span_id),
         NoRuntime(),  # type: ignore[arg-type]
         inst.directory / "work",
         resume=resume,

@@ -288,3 +288,112 @@ async def test_logging_writes_turn_step_and_tool_lines(tmp_path):
         "[logging.turn] complete",
     ]
     assert not any("args" in entry for entry in logs)  # includeToolArgs is off
+
+
+# -- context-message -----------------------------------------------------------------------------
+
+
+def turn_events(definition: Any) -> list[list[dict[str, Any]]]:
+    """`extension.events` of each turn, as the first step of the turn sees them."""
+    seen: list[list[dict[str, Any]]] = []
+
+    async def record(ctx: Any) -> Any:
+        if ctx.step_index == 0:
+            seen.append(list(ctx.turn_metadata.get("extension.events", [])))
+        return await ctx.next()
+
+    definition.pipeline.register("step", record)
+    return seen
+
+
+async def test_context_message_adds_the_catalog_once_and_never_repeats_the_prompt(tmp_path):
+    model = ScriptedModel(reply("one"), reply("two"))
+    config = {"includeAgentPrompt": True, "includeSwarmCatalog": True}
+    definition = await with_extensions(tmp_path, model, {"context-message": config})
+    seen = turn_events(definition)
+    inst = history(tmp_path, [])
+    await turn(definition, inst, "first")
+    await turn(definition, inst, "second")
+
+    for request in model.requests:
+        systems = [m for m in request.messages if m.role == "system"]
+        assert [m.content for m in systems].count("be brief") == 1  # the runtime's, only
+        [context] = [m for m in systems if m.content != "be brief"]
+        assert context.content.startswith("[runtime_catalog]\nswarm=default\n")
+        assert "callableAgents=helper\n[/runtime_catalog]\nWhen the agent" in context.content
+        marker = context.metadata["__goondanContextMessage"]
+        assert marker["segmentIds"] == ["runtime.swarm.catalog"]
+    stored = [m for m in inst.conversation.messages if m.role == "system"]
+    assert len(stored) == 1  # the second turn found it by its hash
+    first, second = seen
+    assert {"id": "agent.prompt.system", "included": False, "reason": "sent by the runtime"} in [
+        e.get("data") for e in first
+    ]
+    assert first[-1]["name"] == "context.message.appended" and first[-1]["actor"] == (
+        "context-message"
+    )
+    assert second[-1]["name"] == "context.message.duplicate"
+    assert second[-1]["data"]["promptHash"] == marker["promptHash"]
+
+
+async def test_context_message_with_nothing_to_add_is_a_no_op(tmp_path):
+    model = ScriptedModel(reply("ok"))
+    definition = await with_extensions(tmp_path, model, {"context-message": {}})
+    seen = turn_events(definition)
+    inst = history(tmp_path, [])
+    await turn(definition, inst)
+    assert [m.content for m in model.requests[0].messages if m.role == "system"] == ["be brief"]
+    assert seen[0][-1]["name"] == "context.message.empty"
+
+
+async def test_context_message_route_prefers_the_caller_over_the_inbound(tmp_path):
+    from agentproc.turn import TurnInput
+
+    model = ScriptedModel(reply("ok"))
+    config = {
+        "includeAgentPrompt": False,
+        "includeInboundContext": True,
+        "includeCallContext": True,
+        "includeRouteSummary": True,
+    }
+    definition = await with_extensions(tmp_path, model, {"context-message": config})
+    inst = history(tmp_path, [])
+    metadata = {
+        "eventId": "agent_event_9",
+        "event": "review.requested",
+        "eventMetadata": {"pr": 12},
+        "callerInstanceKey": "boss-1",
+    }
+    request = TurnInput(
+        "review",
+        inst.key,
+        "t" * 32,
+        "agent:boss",
+        "r-3",
+        metadata=metadata,
+        call_chain=("boss",),
+    )
+    await turn(definition, inst, turn_input=request)
+    [context] = [m for m in model.requests[0].messages if m.role == "system" and m.id != "system"]
+    text = context.content or ""
+    inbound, call_, route = text.split("\n\n")
+    assert inbound.startswith(
+        "[runtime_inbound]\neventId=agent_event_9\neventType=review.requested"
+    )
+    assert 'eventMetadata={"pr": 12}' in inbound
+    assert call_.splitlines()[1:] == [
+        "callerAgent=boss",
+        "callerInstanceKey=boss-1",
+        "callSource=request",
+        "callStack=boss",
+        "replyTo.target=boss",
+        "replyTo.correlationId=r-3",
+        "[/runtime_call]",
+    ]
+    assert route.splitlines()[1:5] == [
+        "precedence=call>inbound",
+        "senderKind=agent",
+        "senderName=boss",
+        "eventType=review.requested",
+    ]
+    assert "senderInstanceKey=boss-1" in route

@@ -135,6 +135,7 @@ def test_base_package_ships_its_extensions(load: Load, tmp_path: Path) -> None:
     bundle = load_bundle(write_bundle(tmp_path))  # the real @goondan/base
     names = sorted(r.name for r in bundle.of_kind("Extension") if r.package == "@goondan/base")
     assert names == [
+        "context-message",
         "inter-agent-response-format",
         "logging",
         "message-compaction",
