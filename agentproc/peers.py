@@ -19,6 +19,13 @@ from typing import Any
 import msgspec
 
 from agentproc.messages import Message
+from agentproc.runtime_context import (
+    CALLER_INSTANCE_KEY,
+    EVENT_ID,
+    EVENT_METADATA,
+    EVENT_TYPE,
+    new_event_id,
+)
 from agentproc.tracing import current_span
 from goondan.delegation import DelegateError, RequestTimeout, delegate_error
 from goondan.settings import DEFAULTS
@@ -171,9 +178,13 @@ class TurnRuntime:
         *,
         instance_key: str | None = None,
         timeout_ms: int | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        event_id: str | None = None,
     ) -> DelegateReply:
         cid = self._peers.new_correlation_id()
-        return await self._request(cid, target, input, instance_key, timeout_ms)
+        about = self._about(event_id, event_type, metadata)
+        return await self._request(cid, target, input, instance_key, timeout_ms, about)
 
     def request_async(
         self,
@@ -182,15 +193,33 @@ class TurnRuntime:
         *,
         instance_key: str | None = None,
         timeout_ms: int | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        event_id: str | None = None,
     ) -> str:
         """Send the request and return its correlation id at once; the answer (or error)
         reaches the conversation as an `inter_agent_response` message before a later step."""
         cid = self._peers.new_correlation_id()
+        about = self._about(event_id, event_type, metadata)
         self._peers.async_requests.spawn(
-            self._answer_later(cid, target, input, instance_key, timeout_ms),
+            self._answer_later(cid, target, input, instance_key, timeout_ms, about),
             name=f"async request {cid} to {target}",
         )
         return cid
+
+    def _about(
+        self, event_id: str | None, event_type: str | None, metadata: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The request's metadata: what the target's `ctx.runtime` says about it."""
+        about: dict[str, Any] = {
+            EVENT_ID: event_id or new_event_id(),
+            CALLER_INSTANCE_KEY: self._instance_key,
+        }
+        if event_type:
+            about[EVENT_TYPE] = event_type
+        if metadata:
+            about[EVENT_METADATA] = metadata
+        return about
 
     async def _answer_later(
         self,
@@ -199,10 +228,11 @@ class TurnRuntime:
         input: str,
         instance_key: str | None,
         timeout_ms: int | None,
+        about: dict[str, Any],
     ) -> None:
         """An async request: its answer, error or cancellation goes to the conversation."""
         try:
-            reply = await self._request(cid, target, input, instance_key, timeout_ms)
+            reply = await self._request(cid, target, input, instance_key, timeout_ms, about)
         except asyncio.CancelledError as exc:
             self._deliver_async(_async_message(cid, target, None, exc))
             raise
@@ -218,6 +248,7 @@ class TurnRuntime:
         input: str,
         instance_key: str | None,
         timeout_ms: int | None,
+        about: dict[str, Any],
     ) -> DelegateReply:
         timeout = timeout_ms or self._peers.request_timeout_ms
         key = instance_key or self._instance_key
@@ -228,6 +259,7 @@ class TurnRuntime:
             source=wire.Source("agent", me),
             call_chain=(*self._call_chain, me),
             timeout_ms=timeout,
+            metadata=about,
         )
         result = await self._peers.request(
             target,
@@ -240,19 +272,36 @@ class TurnRuntime:
         if result.status == "error":
             error = result.error or wire.ErrorInfo(ErrorCode.AGENT_REQUEST_ERROR, "unknown error")
             raise delegate_error(error.code, error.message, error.suggestion)
-        return DelegateReply(target, result.response or "", cid, result.instance_key or key)
+        return DelegateReply(
+            target, result.response or "", cid, result.instance_key or key, about[EVENT_ID]
+        )
 
-    async def send(self, target: str, input: str, *, instance_key: str | None = None) -> None:
+    async def send(
+        self,
+        target: str,
+        input: str,
+        *,
+        instance_key: str | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        event_id: str | None = None,
+    ) -> str:
         me = self._peers.agent_name
+        about = self._about(event_id, event_type, metadata)
         payload = wire.Event(
             input=input,
             instance_key=instance_key or self._instance_key,
             source=wire.Source("agent", me),
+            metadata=about,
         )
         self._peers.send_event(target, payload, self._trace_id, current_span.get())
+        event: str = about[EVENT_ID]
+        return event
 
-    async def spawn(self, target: str, *, instance_key: str | None = None) -> dict[str, Any]:
-        args = wire.SpawnArgs(target, instance_key, self._instance_key)
+    async def spawn(
+        self, target: str, *, instance_key: str | None = None, cwd: str | None = None
+    ) -> dict[str, Any]:
+        args = wire.SpawnArgs(target, instance_key, self._instance_key, cwd)
         result: dict[str, Any] = await self._peers.call_orchestrator("spawn", args)
         return result
 

@@ -239,6 +239,7 @@ class AgentProcess:
             (),
             env.trace_id or new_trace_id(),
             parent_span_id=env.span_id,
+            metadata=e.metadata,
         )
 
     def _on_control(self, env: wire.Envelope) -> None:
@@ -323,7 +324,7 @@ class AgentProcess:
         instance = self._instances[key] = Instance(
             key,
             directory,
-            workdir=self._dirs.workdir(key),
+            workdir=self._dirs.instance_workdir(key, self.name),
             fsync_events=self.durability == "fsync",
             events=self.events,
             inbox_limit=self._inbox_limit,
@@ -392,6 +393,7 @@ class AgentProcess:
             job.request_id,
             parent_span_id=job.parent_span_id,
             metadata=job.metadata,
+            call_chain=job.call_chain,
         )
         restart_reason: str | None = None
         task = asyncio.current_task()

@@ -186,6 +186,19 @@ class SwarmPaths(msgspec.Struct, frozen=True):
     def workdir(self, instance_key: str) -> Path:
         return self.workspaces / storage_name(instance_key)
 
+    def cwd_file(self, instance_key: str, agent: str) -> Path:
+        """Where `agents__spawn` records the working directory it gave an instance."""
+        return self.conversation_dir(instance_key, agent) / "cwd"
+
+    def instance_workdir(self, instance_key: str, agent: str) -> Path:
+        """The tools' working directory of an instance: the one `agents__spawn(cwd=...)` gave
+        it, or its own workspace."""
+        try:
+            recorded = self.cwd_file(instance_key, agent).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            recorded = ""
+        return Path(recorded) if recorded else self.workdir(instance_key)
+
     def agent_dir(self, agent: str) -> Path:
         """What an agent keeps across its instances (its runtime events)."""
         return self.instances.parent / "agents" / storage_name(agent)

@@ -149,6 +149,7 @@ class DelegateReply(msgspec.Struct, frozen=True):
     response: str
     correlation_id: str
     instance_key: str
+    event_id: str = ""  # the id of the request sent (the target's `ctx.runtime.inbound.event_id`)
 
 
 class AgentRuntime(Protocol):
@@ -161,8 +162,13 @@ class AgentRuntime(Protocol):
         *,
         instance_key: str | None = None,
         timeout_ms: int | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        event_id: str | None = None,
     ) -> DelegateReply:
-        """Ask `target` and wait for its reply; raises a `DelegateError` subclass on failure."""
+        """Ask `target` and wait for its reply; raises a `DelegateError` subclass on failure.
+        `event_type` and `metadata` reach the target as `ctx.runtime.inbound.event_type` /
+        `event_metadata`; `event_id` (default: a new one) names the request."""
         ...
 
     def request_async(
@@ -172,15 +178,32 @@ class AgentRuntime(Protocol):
         *,
         instance_key: str | None = None,
         timeout_ms: int | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        event_id: str | None = None,
     ) -> str:
         """Send without waiting; returns the correlation id. The answer reaches the
         conversation as an `inter_agent_response` message before a later step."""
         ...
 
-    async def send(self, target: str, input: str, *, instance_key: str | None = None) -> None: ...
+    async def send(
+        self,
+        target: str,
+        input: str,
+        *,
+        instance_key: str | None = None,
+        event_type: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        event_id: str | None = None,
+    ) -> str:
+        """Notify `target` without waiting; returns the event id."""
+        ...
 
-    async def spawn(self, target: str, *, instance_key: str | None = None) -> dict[str, Any]:
-        """Prepare an instance of an agent of this swarm (its process is started)."""
+    async def spawn(
+        self, target: str, *, instance_key: str | None = None, cwd: str | None = None
+    ) -> dict[str, Any]:
+        """Prepare an instance of an agent of this swarm (its process is started). `cwd`: an
+        absolute directory the instance's tools work in instead of its own workspace."""
         ...
 
     async def list(self, *, include_all: bool = False) -> dict[str, Any]:

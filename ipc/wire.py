@@ -194,6 +194,7 @@ class SpawnArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel")
     target: str
     instance_key: str | None = None
     owner: str = ""  # the caller's instance key
+    cwd: str | None = None  # the instance's working directory (absolute), instead of its own
 
 
 class ListArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
@@ -255,6 +256,7 @@ class Spawned(msgspec.Struct, frozen=True, rename="camel"):
     target: str
     instance_key: str
     spawned: bool = True
+    cwd: str | msgspec.UnsetType = msgspec.UNSET  # only when `spawn` named one
 
 
 class Dropped(msgspec.Struct, frozen=True):
@@ -271,6 +273,7 @@ class SpawnedInstance(msgspec.Struct, frozen=True, rename="camel"):
     owner_agent: str
     owner_instance_key: str
     created_at: float
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class Listed(msgspec.Struct, frozen=True):

@@ -194,7 +194,7 @@ class Daemon:
         self.journal = Journal(
             self.paths.journal_file, compact_bytes=self.settings.storage.journal_compact_bytes
         )
-        self.instances = InstanceRegistry()
+        self.instances = InstanceRegistry(self.paths.swarm(self.swarm.name))
         self.connections = Connections(
             connections, self.entry_agent, self.router, self.journal, self._send_to_peer
         )

@@ -4,27 +4,45 @@ deletion of an instance while the daemon runs (`goondan instance delete`)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 
-from goondan.paths import StatePaths
+import msgspec
+
+from goondan.paths import BadInstanceKey, StatePaths, SwarmPaths
 from ipc import wire
 from ipc.error_codes import ErrorCode
 from orchestrator.control import AgentCalls, CommandError
 
 
 class InstanceRegistry:
-    def __init__(self) -> None:
+    def __init__(self, dirs: SwarmPaths | None = None) -> None:
         self._instances: dict[tuple[str, str], wire.SpawnedInstance] = {}
+        self._dirs = dirs
 
     def spawn(
-        self, target: str, instance_key: str | None, owner: str, owner_key: str
+        self,
+        target: str,
+        instance_key: str | None,
+        owner: str,
+        owner_key: str,
+        cwd: str | None = None,
     ) -> wire.SpawnedInstance:
+        """Raises OSError when the working directory cannot be recorded."""
         key = instance_key or f"{target}-instance-{secrets.token_hex(4)}"
         existing = self._instances.get((target, key))
         if existing is not None:
             return existing
-        instance = wire.SpawnedInstance(target, key, owner, owner_key, time.time())
+        if cwd and self._dirs is not None:
+            # Recorded where the target's process reads it when it loads the instance, so it
+            # holds across the target's restarts and the daemon's.
+            path = self._dirs.cwd_file(key, target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(cwd, encoding="utf-8")
+        instance = wire.SpawnedInstance(
+            target, key, owner, owner_key, time.time(), cwd or msgspec.UNSET
+        )
         self._instances[(target, key)] = instance
         return instance
 
@@ -60,8 +78,22 @@ class InstanceRegistry:
                     f"Agent '{args.target}' is not in this swarm (agents: {known})",
                 )
                 return wire.ControlReply(False, error=error)
-            instance = self.spawn(args.target, args.instance_key or None, caller, args.owner)
-            return wire.ControlReply(True, wire.Spawned(args.target, instance.instance_key))
+            if args.cwd is not None and not os.path.isabs(args.cwd):
+                message = f"cwd must be an absolute path, got {args.cwd!r}"
+                return wire.ControlReply(
+                    False, error=wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, message)
+                )
+            try:
+                instance = self.spawn(
+                    args.target, args.instance_key or None, caller, args.owner, args.cwd
+                )
+            except (OSError, BadInstanceKey) as exc:
+                message = f"could not prepare the instance: {exc}"
+                return wire.ControlReply(
+                    False, error=wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, message)
+                )
+            reply = wire.Spawned(args.target, instance.instance_key, cwd=instance.cwd)
+            return wire.ControlReply(True, reply)
         assert isinstance(args, wire.ListArgs)
         found = self.list(caller, args.owner, args.include_all)
         return wire.ControlReply(True, wire.Listed(len(found), found))

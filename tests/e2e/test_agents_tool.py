@@ -83,7 +83,7 @@ def test_async_request_answer_joins_the_next_turn(daemon, state_root):
 
 def test_spawn_list_and_catalog(daemon):
     spawned, listed, catalog = json.loads(daemon.send("spawn").stdout)
-    assert spawned == {"target": "worker", "instanceKey": "job-1", "spawned": True}
+    assert spawned == {"target": "worker", "instanceKey": "job-1", "spawned": True, "cwd": None}
     assert listed["count"] == 1
     [entry] = listed["agents"]
     assert entry["target"] == "worker" and entry["instanceKey"] == "job-1"
