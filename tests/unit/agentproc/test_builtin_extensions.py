@@ -319,8 +319,9 @@ async def test_context_message_adds_the_catalog_once_and_never_repeats_the_promp
         systems = [m for m in request.messages if m.role == "system"]
         assert [m.content for m in systems].count("be brief") == 1  # the runtime's, only
         [context] = [m for m in systems if m.content != "be brief"]
-        assert context.content.startswith("[runtime_catalog]\nswarm=default\n")
-        assert "callableAgents=helper\n[/runtime_catalog]\nWhen the agent" in context.content
+        text = context.content or ""
+        assert text.startswith("[runtime_catalog]\nswarm=default\n")
+        assert "callableAgents=helper\n[/runtime_catalog]\nWhen the agent" in text
         marker = context.metadata["__goondanContextMessage"]
         assert marker["segmentIds"] == ["runtime.swarm.catalog"]
     stored = [m for m in inst.conversation.messages if m.role == "system"]
