@@ -24,6 +24,11 @@ spec:
             args: {target: worker, input: "review", eventType: review.requested,
                    metadata: {pr: 12}}
           - reply: "{{result}}"
+      - when: "^later"
+        steps:
+          - call: agents__request
+            args: {target: worker, input: "later", async: true, eventType: batch.job}
+          - reply: "{{result}}"
       - when: "^notify"
         steps:
           - call: agents__send
@@ -140,6 +145,15 @@ def test_send_carries_event_type_and_metadata_and_returns_the_event_id(start_dae
     assert runtime["inbound"]["event_type"] == "note.sent"
     assert runtime["inbound"]["event_metadata"] == {"n": 1}
     assert runtime["call"]["call_source"] == "send" and "reply_to" not in runtime["call"]
+
+
+def test_an_async_request_returns_the_event_id_the_target_sees(start_daemon, bundle):
+    daemon = start_daemon(bundle)
+    out = json.loads(daemon.send("later").stdout)
+    assert out["async"] is True and out["eventId"].startswith("agent_event_")
+    runtime = seen(bundle, out["eventId"])
+    assert runtime["inbound"]["event_type"] == "batch.job"
+    assert runtime["call"]["reply_to"]["target"] == "boss"
 
 
 def test_spawn_cwd_sets_the_instance_working_directory(start_daemon, bundle, state_root):
