@@ -21,6 +21,7 @@ import msgspec
 from agentproc.messages import Message
 from agentproc.runtime_context import (
     CALLER_INSTANCE_KEY,
+    CALLER_TURN_ID,
     EVENT_ID,
     EVENT_METADATA,
     EVENT_TYPE,
@@ -28,6 +29,7 @@ from agentproc.runtime_context import (
 )
 from agentproc.tracing import current_span
 from goondan.delegation import DelegateError, RequestTimeout, delegate_error
+from goondan.logs import log_context
 from goondan.settings import DEFAULTS
 from goondan.tools import DelegateReply
 from ipc import wire
@@ -215,6 +217,9 @@ class TurnRuntime:
             EVENT_ID: event_id or new_event_id(),
             CALLER_INSTANCE_KEY: self._instance_key,
         }
+        turn = log_context.get()  # the calling turn's, set for its whole run (goondan.logs)
+        if turn is not None and "turnId" in turn:
+            about[CALLER_TURN_ID] = turn["turnId"]
         if event_type:
             about[EVENT_TYPE] = event_type
         if metadata:

@@ -133,6 +133,7 @@ def test_request_carries_event_type_and_metadata_and_returns_the_event_id(start_
     assert call["caller_agent"] == "boss" and call["caller_instance_key"] == "cli"
     assert call["call_source"] == "request" and call["call_stack"] == ["boss"]
     assert call["reply_to"]["target"] == "boss"
+    assert call["caller_turn_id"]  # the boss's turn that asked
     assert runtime["agent"]["name"] == "worker"
     assert runtime["swarm"]["entry_agent"] == "boss"
 
