@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentproc.loop_guard import Verdict
 from agentproc.messages import Message, ToolCall
 from agentproc.runtime_events import elapsed_ms
 from agentproc.tool_args import ArgumentsError, parse_arguments
@@ -37,13 +38,24 @@ _PREVIEW = 1000  # characters of arguments and details kept in runtime events
 
 
 class CallCtx(ToolCallMiddlewareContext):
-    __slots__ = ("run", "call", "assistant", "span", "step_span", "catalog_names")
+    __slots__ = (
+        "run",
+        "call",
+        "assistant",
+        "span",
+        "step_span",
+        "catalog_names",
+        "loop_verdict",
+        "loop_warning",
+    )
     run: TurnRun
     call: ToolCall
     assistant: Message
     span: str
     step_span: str
     catalog_names: frozenset[str]
+    loop_verdict: Verdict  # loop detection's judgement on the arguments as executed
+    loop_warning: str | None
 
     @property
     def runtime(self) -> RuntimeContext:
@@ -163,32 +175,29 @@ async def _call(step: StepCtx, assistant: Message, call: ToolCall, names: frozen
         except ArgumentsError as exc:
             outcome = _Done(invalid_args(call.name, str(exc)), malformed=True)
             return outcome
-        verdict = run.guard.check(call.name, args)
-        if verdict != "run":
-            outcome = _Done(run.guard.blocked(call.name))
-            if verdict == "stop":
-                outcome.stop = TurnStop(
-                    ErrorCode.E_TOOL_LOOP_DETECTED,
-                    f"I stopped this turn: the call to {call.name} kept repeating with the same "
-                    "arguments and the same result.",
-                )
-            return outcome
-        result = await _through_middleware(step, assistant, call, names, span, args)
-        outcome = _Done(result, warning=run.guard.record(call.name, args, result))
+        ctx = _call_ctx(step, assistant, call, names, span, args)
+        outcome = _Done(await _through_middleware(ctx))
+        outcome.warning = ctx.loop_warning
+        if ctx.loop_verdict == "stop":
+            outcome.stop = TurnStop(
+                ErrorCode.E_TOOL_LOOP_DETECTED,
+                f"I stopped this turn: the call to {call.name} kept repeating with the same "
+                "arguments and the same result.",
+            )
         return outcome
     finally:
         current_span.reset(token)
         _tool_event(run, call, outcome.result, span, step.span, started)
 
 
-async def _through_middleware(
+def _call_ctx(
     step: StepCtx,
     assistant: Message,
     call: ToolCall,
     names: frozenset[str],
     span: str,
     args: dict[str, Any],
-) -> ToolResult:
+) -> CallCtx:
     run = step.run
     ctx = CallCtx(
         run.agent.pipeline.chain("toolCall", _call_core),
@@ -203,6 +212,12 @@ async def _through_middleware(
     )
     ctx.run, ctx.call, ctx.assistant = run, call, assistant
     ctx.span, ctx.step_span, ctx.catalog_names = span, step.span, names
+    ctx.loop_verdict, ctx.loop_warning = "run", None
+    return ctx
+
+
+async def _through_middleware(ctx: CallCtx) -> ToolResult:
+    run, call = ctx.run, ctx.call
     try:
         result = await ctx._start()
     except asyncio.CancelledError:
@@ -229,7 +244,21 @@ async def _through_middleware(
 
 
 async def _call_core(ctx: CallCtx) -> ToolResult:
-    """The innermost layer: the executor (policy, catalog, validation, handler)."""
+    """The innermost layer: loop detection, then the executor (policy, catalog, validation,
+    handler). Loop detection sits here so that it judges the arguments the call runs with,
+    after any middleware rewrote them."""
+    guard, name = ctx.run.guard, ctx.tool_name
+    key = guard.key(name, ctx.args)
+    verdict = guard.check(key)
+    if verdict != "run":
+        ctx.loop_verdict = verdict
+        return guard.blocked(name)
+    result = await _execute(ctx)
+    ctx.loop_warning = guard.record(name, key, result)
+    return result
+
+
+async def _execute(ctx: CallCtx) -> ToolResult:
     run = ctx.run
     agent = run.agent
     loop = asyncio.get_running_loop()

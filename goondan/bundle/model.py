@@ -149,6 +149,16 @@ class BudgetPolicy(msgspec.Struct, frozen=True):
     max_turn_cost_usd: float | None = None  # needs Model.spec.pricing
 
 
+class PingPongPolicy(msgspec.Struct, frozen=True):
+    """`policy.loopDetection.pingPong`: two calls alternating (A, B, A, B, same arguments),
+    counted in calls; refused and stopped only while neither side's result changes."""
+
+    enabled: bool = True
+    warn_at: int = 6
+    block_at: int = 8
+    stop_at: int = 12
+
+
 class LoopDetectionPolicy(msgspec.Struct, frozen=True):
     """`policy.loopDetection`: the same tool call (same name and arguments, same result)
     repeated in one turn warns the model at `warn_at`, is refused at `block_at` and ends the
@@ -158,6 +168,7 @@ class LoopDetectionPolicy(msgspec.Struct, frozen=True):
     warn_at: int = 3
     block_at: int = 5
     stop_at: int = 8
+    ping_pong: PingPongPolicy = PingPongPolicy()
 
 
 class SwarmPolicy(msgspec.Struct, frozen=True):

@@ -21,6 +21,7 @@ from goondan.bundle.model import (
     PackageDependency,
     PackageRegistry,
     PackageSpec,
+    PingPongPolicy,
     RefItem,
     ShutdownPolicy,
     SwarmPolicy,
@@ -361,11 +362,30 @@ def _budget(chk: Checker, path: tuple[str | int, ...], value: Any) -> BudgetPoli
 
 
 def _loop_detection(chk: Checker, path: tuple[str | int, ...], value: Any) -> LoopDetectionPolicy:
-    """`loopDetection: {enabled, warnAt, blockAt, stopAt}` with warnAt <= blockAt <= stopAt."""
+    """`loopDetection: {enabled, warnAt, blockAt, stopAt, pingPong}` with
+    warnAt <= blockAt <= stopAt."""
     default = LoopDetectionPolicy()
     if value is None:
         return default
-    data = chk.mapping(path, value, ("enabled", "warnAt", "blockAt", "stopAt")) or {}
+    keys = ("enabled", "warnAt", "blockAt", "stopAt", "pingPong")
+    data = chk.mapping(path, value, keys) or {}
+    enabled, counts = _thresholds(chk, path, data, default)
+    ping_pong = default.ping_pong
+    if data.get("pingPong") is not None:
+        pp_path = (*path, "pingPong")
+        pp = chk.mapping(pp_path, data["pingPong"], keys[:4]) or {}
+        pp_enabled, pp_counts = _thresholds(chk, pp_path, pp, ping_pong)
+        ping_pong = PingPongPolicy(pp_enabled, *pp_counts)
+    return LoopDetectionPolicy(enabled, *counts, ping_pong=ping_pong)
+
+
+def _thresholds(
+    chk: Checker,
+    path: tuple[str | int, ...],
+    data: dict[str, Any],
+    default: LoopDetectionPolicy | PingPongPolicy,
+) -> tuple[bool, tuple[int, int, int]]:
+    """`enabled` and the ordered `warnAt`, `blockAt`, `stopAt` of a detector."""
     enabled = default.enabled
     if data.get("enabled") is not None:
         enabled = chk.boolean((*path, "enabled"), data["enabled"]) is not False
@@ -380,12 +400,7 @@ def _loop_detection(chk: Checker, path: tuple[str | int, ...], value: Any) -> Lo
             f"{counts['blockAt']}, {counts['stopAt']}",
             "order the three thresholds",
         )
-    return LoopDetectionPolicy(
-        enabled=enabled,
-        warn_at=counts["warnAt"],
-        block_at=counts["blockAt"],
-        stop_at=counts["stopAt"],
-    )
+    return enabled, (counts["warnAt"], counts["blockAt"], counts["stopAt"])
 
 
 # -- shared helpers ------------------------------------------------------------------------------

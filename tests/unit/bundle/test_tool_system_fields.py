@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from goondan.bundle import Bundle, ConfigError
-from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing, ToolPolicySpec
+from goondan.bundle.model import (
+    BudgetPolicy,
+    LoopDetectionPolicy,
+    ModelPricing,
+    PingPongPolicy,
+    ToolPolicySpec,
+)
 from tests.unit.bundle.bundle_testkit import edit, line_of, write_bundle
 
 Errors = Callable[[Path], list[ConfigError]]
@@ -36,6 +42,7 @@ def test_defaults(load: Load, tmp_path: Path) -> None:
     policy = spec(bundle, "Swarm", "default").policy
     assert policy.budget == BudgetPolicy(1800.0, 1_000_000, None)
     assert policy.loop_detection == LoopDetectionPolicy(True, 3, 5, 8)
+    assert policy.loop_detection.ping_pong == PingPongPolicy(True, 6, 8, 12)
     assert spec(bundle, "Model", "fast").pricing is None
 
 
@@ -51,7 +58,8 @@ def test_every_field_set(load: Load, tmp_path: Path) -> None:
         SWARM,
         SWARM + "  policy:\n    maxStepsPerTurn: 8\n"
         "    budget: {maxTurnSeconds: 60, maxTurnTokens: null, maxTurnCostUsd: 0.5}\n"
-        "    loopDetection: {enabled: false, warnAt: 2, blockAt: 4, stopAt: 4}\n",
+        "    loopDetection: {enabled: false, warnAt: 2, blockAt: 4, stopAt: 4,\n"
+        "      pingPong: {enabled: false, warnAt: 4, blockAt: 6, stopAt: 10}}\n",
         text,
     )
     text = edit(MODEL, MODEL + "  pricing: {input: 2.5, output: 10}\n", text)
@@ -64,7 +72,9 @@ def test_every_field_set(load: Load, tmp_path: Path) -> None:
     policy = spec(bundle, "Swarm", "default").policy
     assert policy.max_steps_per_turn == 8
     assert policy.budget == BudgetPolicy(60.0, None, 0.5)
-    assert policy.loop_detection == LoopDetectionPolicy(False, 2, 4, 4)
+    assert policy.loop_detection == LoopDetectionPolicy(
+        False, 2, 4, 4, ping_pong=PingPongPolicy(False, 4, 6, 10)
+    )
     assert spec(bundle, "Model", "fast").pricing == ModelPricing(2.5, 10.0)
 
 
@@ -103,6 +113,18 @@ def test_every_field_set(load: Load, tmp_path: Path) -> None:
             SWARM + "  policy:\n    loopDetection: {warnAt: 6, blockAt: 4}\n",
             "Swarm/default.spec.policy.loopDetection",
             "warnAt <= blockAt <= stopAt",
+        ),
+        (
+            SWARM,
+            SWARM + "  policy:\n    loopDetection: {pingPong: {warnAt: 9}}\n",
+            "Swarm/default.spec.policy.loopDetection.pingPong",
+            "warnAt <= blockAt <= stopAt",
+        ),
+        (
+            SWARM,
+            SWARM + "  policy:\n    loopDetection: {pingPong: {every: 2}}\n",
+            "Swarm/default.spec.policy.loopDetection.pingPong.every",
+            "",
         ),
         (
             MODEL,
