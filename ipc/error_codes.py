@@ -294,6 +294,11 @@ class ErrorCode(StrEnum):
     )
 
     # -- models ----------------------------------------------------------------------------
+    E_CONTEXT_OVERFLOW = (
+        "E_CONTEXT_OVERFLOW",
+        "model",
+        "The conversation is longer than the model's context window, even after compaction.",
+    )
     E_MODEL = "E_MODEL", "model", "A model call failed, with no more specific code."
     E_MODEL_AUTH = "E_MODEL_AUTH", "model", "The provider refused the API key (or it is unset)."
     E_MODEL_BAD_REQUEST = (

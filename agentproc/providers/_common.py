@@ -57,6 +57,38 @@ class ProviderError(ModelError):
         self.retry_after = retry_after
 
 
+# What providers say when the prompt is longer than the context window: OpenAI (and most
+# OpenAI-compatible servers), Anthropic, google; matched in the lower-cased message.
+_OVERFLOW_PHRASES = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "prompt is too long",
+    "input is too long",
+    "too many tokens",
+    "exceeds the maximum number of tokens",
+    "input token count",
+)
+
+
+def is_context_overflow(status: int, *texts: object) -> bool:
+    """Whether a refused request (a 4xx) was refused for being longer than the model's
+    context window, judged on the server's error code and message."""
+    if not (400 <= status < 500) or status in (401, 403, 408, 429):
+        return False
+    text = " ".join(str(t) for t in texts if t).lower()
+    return any(phrase in text for phrase in _OVERFLOW_PHRASES)
+
+
+def context_overflow(label: str, detail: str) -> ModelError:
+    return ModelError(
+        f"{label} refused the request: the conversation is longer than its context window "
+        f"({detail})",
+        code=ErrorCode.E_CONTEXT_OVERFLOW,
+    )
+
+
 def retry_after_of(exc: BaseException) -> float | None:
     value = getattr(exc, "retry_after", None)
     return float(value) if isinstance(value, int | float) else None

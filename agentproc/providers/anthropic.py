@@ -49,7 +49,9 @@ from agentproc.providers._common import (
     ProviderError,
     TextCallback,
     close_quietly,
+    context_overflow,
     headers_option,
+    is_context_overflow,
     is_transport_error,
     retry_after_seconds,
     root_cause,
@@ -318,6 +320,8 @@ class AnthropicProvider:
                 retryable=True,
                 retry_after=retry_after,
             )
+        if is_context_overflow(status, error_type, shown):
+            return context_overflow(self.label, detail)
         hint = ""
         if status == 404:
             hint = "; check Model.spec.model and Model.spec.endpoint"

@@ -37,7 +37,9 @@ from agentproc.providers._common import (
     ProviderError,
     TextCallback,
     close_quietly,
+    context_overflow,
     headers_option,
+    is_context_overflow,
     is_transport_error,
     optional_str,
     retry_after_seconds,
@@ -264,6 +266,8 @@ class OpenAIProvider:
                 code=ErrorCode.E_MODEL_RATE_LIMITED,
                 retryable=True,
             )
+        if is_context_overflow(status, code, exc.body, detail):
+            return context_overflow(self._where(), detail)
         if 400 <= status < 500 and status != 408:
             return ModelError(
                 f"{self._where()} rejected the request mid-stream ({detail})",
@@ -299,6 +303,8 @@ class OpenAIProvider:
                 retryable=True,
                 retry_after=retry_after,
             )
+        if is_context_overflow(status, exc.body, detail):
+            return context_overflow(self._where(), detail)
         hint = ""
         if status == 404:
             hint = (

@@ -132,6 +132,15 @@ class _AnthropicScripting(ScriptingApi):
             )
         self.queue_raw(status, body, headers=headers, delay_seconds=delay_seconds)
 
+    def queue_context_overflow(self, tokens: int = 210000, limit: int = 200000) -> None:
+        """Script the next response as the API's refusal of a prompt over the context window."""
+        self.queue_raw(
+            400,
+            _error_body(
+                "invalid_request_error", f"prompt is too long: {tokens} tokens > {limit} maximum"
+            ),
+        )
+
 
 class FakeAnthropicServer(LlmServer, _AnthropicScripting):
     """The server in the current event loop: `async with FakeAnthropicServer() as server:`."""

@@ -113,6 +113,22 @@ class _OpenAIScripting(ScriptingApi):
             }
         self.queue_raw(status, body, headers=headers, delay_seconds=delay_seconds)
 
+    def queue_context_overflow(self, tokens: int = 130512, limit: int = 128000) -> None:
+        """Script the next response as the API's refusal of a prompt over the context window."""
+        self.queue_raw(
+            400,
+            {
+                "error": {
+                    "message": f"This model's maximum context length is {limit} tokens. "
+                    f"However, your messages resulted in {tokens} tokens. Please reduce the "
+                    "length of the messages.",
+                    "type": "invalid_request_error",
+                    "param": "messages",
+                    "code": "context_length_exceeded",
+                }
+            },
+        )
+
 
 class FakeOpenAIServer(LlmServer, _OpenAIScripting):
     """The server in the current event loop: `async with FakeOpenAIServer() as server:`."""

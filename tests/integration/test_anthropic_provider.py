@@ -290,6 +290,17 @@ async def test_bad_request_surfaces_the_server_message(server: FakeAnthropicServ
     assert len(server.requests) == 1
 
 
+async def test_prompt_too_long_is_a_context_overflow(server: FakeAnthropicServer) -> None:
+    server.queue_context_overflow()
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url, maxRetries=3), ask())
+
+    assert (caught.value.code, caught.value.retryable) == ("E_CONTEXT_OVERFLOW", False)
+    assert "prompt is too long: 210000 tokens > 200000 maximum" in str(caught.value)
+    assert len(server.requests) == 1
+
+
 @pytest.mark.parametrize("api_key", [None, ""])
 def test_missing_key_for_the_public_api_names_the_variable(api_key: str | None) -> None:
     with pytest.raises(ModelError) as caught:

@@ -262,6 +262,17 @@ async def test_max_retries_rides_out_a_transient_failure(server: FakeOpenAIServe
     assert len(server.requests) == 2
 
 
+async def test_a_context_length_error_is_a_context_overflow(server: FakeOpenAIServer) -> None:
+    server.queue_context_overflow()
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url, maxRetries=2), ask())
+
+    assert (caught.value.code, caught.value.retryable) == ("E_CONTEXT_OVERFLOW", False)
+    assert "maximum context length is 128000 tokens" in str(caught.value)
+    assert len(server.requests) == 1  # the same prompt would not fit on a retry either
+
+
 async def test_non_json_error_body_still_explains_itself(server: FakeOpenAIServer) -> None:
     server.queue_error(502, body="Bad Gateway from upstream proxy")
 
