@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentproc.budgets import usage_data
+from agentproc.compaction import compact_on_overflow
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolDefinition
 from agentproc.runtime_events import elapsed_ms
 from agentproc.tool_calls import run_tool_calls
@@ -73,12 +74,8 @@ async def run_step(ctx: StepCtx) -> StepResult:
         {"stepId": step_id, "stepIndex": ctx.step_index, "tools": names},
     )
     try:
-        request = ModelRequest(
-            [*run.agent.prefix, *run.conversation.messages], tools, dict(run.agent.params)
-        )
         try:
-            on_text = run.on_text if run.updates is not None else None
-            reply = await run.agent.provider.complete(request, on_text=on_text)
+            reply = await _ask(ctx, tools)
         except ModelError as exc:
             run.log.warning("model call failed", code=exc.code, error=str(exc), step=ctx.step_index)
             error = ErrorDetail(exc.code, str(exc))
@@ -115,6 +112,36 @@ async def run_step(ctx: StepCtx) -> StepResult:
         raise
     finally:
         current_span.reset(token)
+
+
+async def _ask(ctx: StepCtx, tools: list[ToolDefinition]) -> ModelReply:
+    """The model's reply to the conversation. Refused as longer than the context window, the
+    conversation is compacted once (its oldest half summarised) and asked again."""
+    run = ctx.run
+    on_text = run.on_text if run.updates is not None else None
+    try:
+        return await run.agent.provider.complete(_request(run, tools), on_text=on_text)
+    except ModelError as exc:
+        if exc.code != ErrorCode.E_CONTEXT_OVERFLOW:
+            raise
+        run.log.warning("context overflow, compacting", error=str(exc), step=ctx.step_index)
+        if not await compact_on_overflow(run, ctx.span):
+            raise
+    try:
+        return await run.agent.provider.complete(_request(run, tools), on_text=on_text)
+    except ModelError as exc:
+        if exc.code != ErrorCode.E_CONTEXT_OVERFLOW:
+            raise
+        raise ModelError(
+            f"{exc}; still too long after compacting the conversation",
+            code=ErrorCode.E_CONTEXT_OVERFLOW,
+        ) from exc
+
+
+def _request(run: TurnRun, tools: list[ToolDefinition]) -> ModelRequest:
+    return ModelRequest(
+        [*run.agent.prefix, *run.conversation.messages], tools, dict(run.agent.params)
+    )
 
 
 async def _handle_reply(

@@ -88,6 +88,7 @@ class AgentDefinition:
     pricing: ModelPricing | None = None
     bus: EventBus | None = None
     bundle_root: str = ""  # for `ctx.runtime.agent`
+    compaction_provider: Provider | None = None  # writes summaries; None: `provider` does
     settings: AgentSettings = DEFAULTS.agent  # tool threads and time limits
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
