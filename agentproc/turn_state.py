@@ -11,10 +11,12 @@ stops in the middle of a step still reports them: the model's reply (tokens and 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
+from agentproc.compaction import summarize
 from agentproc.messages import Message, ToolCall
 from goondan.extensions import (
     ErrorDetail,
@@ -132,6 +134,9 @@ class TurnCtx(TurnMiddlewareContext):
     @property
     def runtime(self) -> RuntimeContext:
         return self.run.runtime_context
+
+    async def summarize(self, messages: Sequence[Message]) -> str:
+        return await summarize(self.run, messages)
 
 
 class StepCtx(StepMiddlewareContext):

@@ -315,6 +315,11 @@ class TurnMiddlewareContext(_Onion[TurnResult]):
         """Agent, swarm, inbound message and caller of this turn (set by the agent process)."""
         raise NotImplementedError("ctx.runtime is provided by the agent process")
 
+    async def summarize(self, messages: Sequence[Message]) -> str:
+        """A summary of `messages`, written by the agent's model (or its compaction model),
+        for an extension that compacts the conversation. Raises when the model call fails."""
+        raise NotImplementedError("this context cannot summarise")
+
 
 class StepMiddlewareContext(_Onion[StepResult]):
     __slots__ = (

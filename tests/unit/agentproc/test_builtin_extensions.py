@@ -9,7 +9,7 @@ import structlog
 
 from agentproc.extensions import load_extensions, plan_extensions
 from agentproc.instance import Instance
-from agentproc.messages import Message, ToolCall
+from agentproc.messages import Message, ModelError, ToolCall
 from goondan.bundle import load_bundle
 from tests.unit.agentproc.loop_kit import ScriptedModel, agent, call, reply, tool, turn
 
@@ -149,6 +149,62 @@ async def test_compaction_truncate_mode(tmp_path):
     await turn(definition, inst, "now")
     assert [m.role for m in model.requests[0].messages] == ["system", "system", "user", "user"]
     assert ids(model)[0] == "u9"
+
+
+async def test_compaction_summarize_is_triggered_by_the_reported_input_tokens(tmp_path):
+    inst = history(tmp_path, [user(1), *calls(1, "x1", "x2"), answer(1), user(2), answer(2)])
+    # The first turn's step reports 5000 input tokens: over maxTokens for the next turn, though
+    # the conversation's characters alone would not be.
+    model = ScriptedModel(
+        reply("first", usage=(5000, 10)),
+        reply("The user asked two questions; x was called twice."),
+        reply("second"),
+    )
+    config = {"mode": "summarize", "maxTokens": 1000, "retainLastMessages": 2}
+    definition = await with_extensions(tmp_path, model, {"message-compaction": config})
+    await turn(definition, inst, "question 3")
+    assert len(model.requests) == 1  # nothing summarised yet: no count over the budget
+    before = len(model.requests[0].messages)
+    await turn(definition, inst, "question 4")
+    summary_call, answered = model.requests[1:]
+    assert summary_call.tools == []
+    assert "question 1" in (summary_call.messages[-1].content or "")
+    sent = [m for m in answered.messages if m.role != "system"]
+    assert (sent[0].content or "").startswith("[message-compaction] Summary")
+    assert "x was called twice" in (sent[0].content or "")
+    assert sent[0].metadata["compaction.removedCount"] == 8
+    # The last two messages stay (the turn's input is one); no tool result without its call.
+    assert [m.content for m in sent[1:]] == ["first", "question 4"]
+    assert len(answered.messages) < before + 2
+    assert not [m for m in sent if m.role == "tool"]
+
+
+async def test_compaction_summarize_estimates_without_usage(tmp_path):
+    inst = history(tmp_path, [user(1, "x" * 4000), answer(1, "y" * 4000), user(2), answer(2)])
+    model = ScriptedModel(reply("a summary"), reply("ok"))
+    config = {"mode": "summarize", "maxTokens": 1000, "retainLastMessages": 2}
+    definition = await with_extensions(tmp_path, model, {"message-compaction": config})
+    await turn(definition, inst, "question 3")  # about 2000 tokens by characters / 4
+    assert ids(model, 1)[1:] == ["a2", ids(model, 1)[-1]]
+    assert "a summary" in (model.requests[1].messages[1].content or "")
+
+
+async def test_compaction_summarize_under_budget_or_failing_leaves_the_conversation(tmp_path):
+    old = [user(1, "x" * 4000), answer(1), user(2), answer(2)]
+    inst = history(tmp_path, old)
+    model = ScriptedModel(reply("ok"))
+    config = {"mode": "summarize", "maxTokens": 5000}
+    definition = await with_extensions(tmp_path, model, {"message-compaction": config})
+    await turn(definition, inst, "question 3")
+    assert ids(model)[:4] == ["u1", "a1", "u2", "a2"]
+
+    inst = history(tmp_path / "failing", old)
+    model = ScriptedModel(ModelError("down", code="E_MODEL_UNAVAILABLE"), reply("still ok"))
+    config = {"mode": "summarize", "maxTokens": 100, "retainLastMessages": 1}
+    definition = await with_extensions(tmp_path, model, {"message-compaction": config})
+    outcome = await turn(definition, inst, "question 3")
+    assert outcome.text == "still ok"
+    assert ids(model, 1)[:4] == ["u1", "a1", "u2", "a2"]
 
 
 # -- tool-search -----------------------------------------------------------------------------------
