@@ -15,7 +15,7 @@ from agentproc.catalog import ToolPolicy
 from agentproc.extensions import EventBus, ExtensionStartError, load_extensions, plan_extensions
 from agentproc.messages import ModelError
 from agentproc.process import AgentProcess
-from agentproc.providers import make_provider
+from agentproc.providers import Provider, make_provider
 from agentproc.providers.endpoints import effective_endpoint
 from agentproc.tool_registry import ToolLoadError, ToolRegistry
 from agentproc.turn import AgentDefinition
@@ -37,6 +37,34 @@ class StartError(Exception):
     """A reason this agent cannot start that the user can fix; reported to the orchestrator."""
 
 
+def _provider(agent_name: str, model_resource: Resource) -> Provider:
+    """The provider of a Model resource, its keys (`apiKey`, then `apiKeys`) read from the
+    environment."""
+    model = model_resource.spec
+    keys: list[str] = []
+    sources = [("apiKey", model.api_key)] if model.api_key is not None else []
+    sources += [(f"apiKeys[{n}]", source) for n, source in enumerate(model.api_keys)]
+    for where, source in sources:
+        key = resolve_value(source, os.environ)
+        if source.env and not key:
+            raise StartError(
+                f"{model_resource.label}: the environment variable {source.env} is not set "
+                f"(Model.spec.{where}.valueFrom.env); set it where the daemon runs "
+                "(for systemd: the unit's EnvironmentFile)"
+            )
+        if key and key not in keys:
+            keys.append(key)
+    endpoint = effective_endpoint(model.provider, model.endpoint, os.environ)
+    if endpoint.url is not None:
+        structlog.get_logger().info(
+            "model endpoint", agent=agent_name, url=endpoint.url, source=endpoint.source
+        )
+    try:
+        return make_provider(model, keys[0] if keys else None, more_keys=keys[1:])
+    except (ValueError, ModelError) as exc:
+        raise StartError(f"{model_resource.label}: {exc}") from None
+
+
 async def build_definition(
     args: argparse.Namespace, settings: Settings = DEFAULTS
 ) -> tuple[AgentDefinition, dict[str, Any]]:
@@ -54,31 +82,17 @@ async def build_definition(
         raise StartError(f"agent '{args.agent}' is not in Swarm/{swarm.name}")
     model_resource = bundle.agent_model(agent)
     model = model_resource.spec
-    keys: list[str] = []
-    sources = [("apiKey", model.api_key)] if model.api_key is not None else []
-    sources += [(f"apiKeys[{n}]", source) for n, source in enumerate(model.api_keys)]
-    for where, source in sources:
-        key = resolve_value(source, os.environ)
-        if source.env and not key:
-            raise StartError(
-                f"{model_resource.label}: the environment variable {source.env} is not set "
-                f"(Model.spec.{where}.valueFrom.env); set it where the daemon runs "
-                "(for systemd: the unit's EnvironmentFile)"
-            )
-        if key and key not in keys:
-            keys.append(key)
-    api_key = keys[0] if keys else None
-    endpoint = effective_endpoint(model.provider, model.endpoint, os.environ)
-    if endpoint.url is not None:
-        structlog.get_logger().info(
-            "model endpoint", agent=agent.name, url=endpoint.url, source=endpoint.source
-        )
+    provider = _provider(agent.name, model_resource)
+    compaction_model = bundle.compaction_model(agent)
+    compaction_provider = None
     try:
-        provider = make_provider(model, api_key, more_keys=keys[1:])
+        if compaction_model is not None:
+            compaction_provider = _provider(agent.name, compaction_model)
         registry = ToolRegistry.from_resources(bundle.agent_tools(agent))
-    except (ValueError, ModelError) as exc:
-        raise StartError(f"{model_resource.label}: {exc}") from None
-    except ToolLoadError as exc:
+    except (StartError, ToolLoadError) as exc:
+        await provider.aclose()
+        if compaction_provider is not None:
+            await compaction_provider.aclose()
         raise StartError(str(exc)) from None
     spec: AgentSpec = agent.spec
     policy = swarm.spec.policy
@@ -96,6 +110,7 @@ async def build_definition(
         bus=EventBus(),
         settings=settings.agent,
         bundle_root=str(bundle.root),
+        compaction_provider=compaction_provider,
     )
     try:
         await load_extensions(
@@ -108,6 +123,8 @@ async def build_definition(
         _check_tools(agent, definition)
     except (ExtensionStartError, StartError) as exc:
         await provider.aclose()
+        if compaction_provider is not None:
+            await compaction_provider.aclose()
         raise StartError(str(exc)) from None
     names = sorted(agents)
     catalog = {
@@ -218,6 +235,8 @@ async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
         return await process.run()
     finally:
         await definition.provider.aclose()
+        if definition.compaction_provider is not None:
+            await definition.compaction_provider.aclose()
 
 
 def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:

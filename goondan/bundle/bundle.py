@@ -104,6 +104,13 @@ class Bundle:
         spec: AgentSpec = agent.spec
         return self.resolve(spec.model_config.model_ref, agent.package)
 
+    def compaction_model(self, agent: Resource) -> Resource | None:
+        """The Model of `Agent.spec.compaction`, if the agent names one."""
+        spec: AgentSpec = agent.spec
+        if spec.compaction is None:
+            return None
+        return self.resolve(spec.compaction.model_ref, agent.package)
+
     def agent_tools(self, agent: Resource) -> list[Resource]:
         spec: AgentSpec = agent.spec
         return [self.resolve(item.ref, agent.package) for item in spec.tools]

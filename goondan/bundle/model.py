@@ -122,6 +122,13 @@ class ToolPolicySpec(msgspec.Struct, frozen=True):
     allow_registry_calls: bool = False
 
 
+class AgentCompaction(msgspec.Struct, frozen=True):
+    """`Agent.spec.compaction`: the Model that writes the summaries of a compaction (after a
+    context overflow, or for `message-compaction` in `mode: summarize`)."""
+
+    model_ref: ObjectRef
+
+
 class AgentSpec(msgspec.Struct, frozen=True):
     model_config: AgentModelConfig
     prompt: AgentPrompt | None = None
@@ -129,6 +136,7 @@ class AgentSpec(msgspec.Struct, frozen=True):
     extensions: tuple[RefItem, ...] = ()
     required_tools: tuple[str, ...] = ()
     tool_policy: ToolPolicySpec = ToolPolicySpec()
+    compaction: AgentCompaction | None = None
 
 
 class ShutdownPolicy(msgspec.Struct, frozen=True):

@@ -9,6 +9,7 @@ from goondan.bundle.fields import Checker
 from goondan.bundle.files import check_text_file
 from goondan.bundle.located import YPath
 from goondan.bundle.model import (
+    AgentCompaction,
     AgentModelConfig,
     AgentPrompt,
     AgentSpec,
@@ -173,7 +174,15 @@ def _capabilities(chk: Checker, value: Any) -> ModelCapabilities:
 
 
 def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
-    allowed = ("modelConfig", "prompt", "tools", "extensions", "requiredTools", "toolPolicy")
+    allowed = (
+        "modelConfig",
+        "prompt",
+        "tools",
+        "extensions",
+        "requiredTools",
+        "toolPolicy",
+        "compaction",
+    )
     data = chk.mapping(SPEC, spec, allowed, ("modelConfig",))
     if data is None:
         return None
@@ -200,6 +209,7 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
             elif tool is not None:
                 required.append(tool)
     tool_policy = parse_tool_policy(chk, data.get("toolPolicy"), SPEC)
+    compaction = _compaction(chk, data.get("compaction"))
     if not chk.clean_since(mark) or model_config is None:
         return None
     return AgentSpec(
@@ -209,7 +219,21 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
         extensions=extensions,
         required_tools=tuple(required),
         tool_policy=tool_policy,
+        compaction=compaction,
     )
+
+
+def _compaction(chk: Checker, value: Any) -> AgentCompaction | None:
+    """`compaction: {modelRef: Model/x}`: who writes the summaries (default: the agent's
+    own model)."""
+    if value is None:
+        return None
+    path = (*SPEC, "compaction")
+    data = chk.mapping(path, value, ("modelRef",), ("modelRef",))
+    if not data or data.get("modelRef") is None:
+        return None
+    ref = chk.ref((*path, "modelRef"), data["modelRef"], "Model")
+    return AgentCompaction(model_ref=ref) if ref is not None else None
 
 
 def parse_tool_policy(chk: Checker, value: Any, spec_path: YPath) -> ToolPolicySpec:

@@ -100,8 +100,23 @@ def pairs_intact(body: dict[str, Any]) -> bool:
     return calls == results
 
 
-def started(start_daemon, tmp_path, server):
-    text = BUNDLE % {"provider": server.provider, "endpoint": server.base_url}
+SUMMARIZER = """\
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: small}
+spec:
+  provider: %(provider)s
+  model: summary-model
+  endpoint: "%(endpoint)s"
+  apiKey:
+    valueFrom: {env: FAKE_KEY}
+  options: {maxRetries: 0}
+"""
+
+
+def started(start_daemon, tmp_path, server, bundle_text: str = BUNDLE):
+    text = bundle_text % {"provider": server.provider, "endpoint": server.base_url}
     bundle = write_bundle(tmp_path / "b", text, {"calc.py": CALC})
     daemon = start_daemon(bundle, env={"FAKE_KEY": "sk-test"})
     # Some history: a tool call with its result, then a plain exchange.
@@ -149,3 +164,21 @@ def test_still_too_long_after_compaction_is_context_overflow(start_daemon, tmp_p
     assert "E_CONTEXT_OVERFLOW" in proc.stderr, proc.stderr + daemon.logs()
     assert "Traceback" not in proc.stderr
     assert json.dumps(server.requests[-1]).count("a summary") == 1
+
+
+def test_the_compaction_model_writes_the_summary(start_daemon, tmp_path, server):
+    tools = "  tools:\n    - ref: Tool/calc\n"
+    text = BUNDLE.replace(tools, tools + "  compaction: {modelRef: Model/small}\n") + SUMMARIZER
+    daemon = started(start_daemon, tmp_path, server, text)
+    server.queue_context_overflow()
+    server.queue_reply(text="a short summary")
+    server.queue_reply(text="answered")
+
+    proc = daemon.send("and now?")
+    assert proc.returncode == 0, proc.stderr + daemon.logs()
+    refused, summary, retry = server.requests[-3:]
+    assert (refused["model"], summary["model"], retry["model"]) == (
+        "test-model",
+        "summary-model",
+        "test-model",
+    )

@@ -151,6 +151,23 @@ def test_mistakes_are_located(
     assert hits[0].line is not None and hits[0].line >= line_of(text, new.splitlines()[-1][:12])
 
 
+def test_agent_compaction_model(load: Load, errors_of: Errors, tmp_path: Path) -> None:
+    from goondan.bundle.model import AgentCompaction, ObjectRef
+
+    text = edit(AGENT, AGENT + "  compaction: {modelRef: Model/fast}\n")
+    bundle = load(write_bundle(tmp_path / "ok", text))
+    agent = bundle.local("Agent", "coder")
+    assert agent is not None
+    assert spec(bundle, "Agent", "coder").compaction == AgentCompaction(ObjectRef("Model", "fast"))
+    model = bundle.compaction_model(agent)
+    assert model is not None and model.name == "fast"
+
+    text = edit(AGENT, AGENT + "  compaction: {modelRef: Model/tiny}\n")
+    errors = errors_of(write_bundle(tmp_path / "bad", text))
+    hits = [e for e in errors if e.path == "Agent/coder.spec.compaction.modelRef"]
+    assert hits and hits[0].code == "E_CONFIG_REF_NOT_FOUND"
+
+
 def test_base_package_ships_its_extensions(load: Load, tmp_path: Path) -> None:
     from goondan.bundle import load_bundle
 
