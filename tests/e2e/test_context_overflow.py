@@ -64,12 +64,21 @@ handlers = {"add": add}
 """
 
 
+class Server:
+    """A fake server and the `provider:` that speaks its wire format."""
+
+    def __init__(self, fake: FakeOpenAIServerThread | FakeAnthropicServerThread, provider: str):
+        self.fake, self.provider = fake, provider
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fake, name)
+
+
 @pytest.fixture(params=["openai", "anthropic"])
 def server(request):
     runner = FakeOpenAIServerThread if request.param == "openai" else FakeAnthropicServerThread
     with runner(api_key="sk-test") as fake:
-        fake.provider = request.param
-        yield fake
+        yield Server(fake, request.param)
 
 
 def texts(body: dict[str, Any]) -> list[str]:

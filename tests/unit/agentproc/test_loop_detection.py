@@ -3,6 +3,7 @@
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 from agentproc.extensions import load_extensions, plan_extensions
 from goondan.bundle import load_bundle
@@ -75,9 +76,9 @@ def warnings(inst):
 
 
 async def test_a_middleware_that_edits_args_in_place_does_not_switch_detection_off(tmp_path):
-    seen: list[dict] = []
+    seen: list[dict[str, Any]] = []
 
-    def poll(c: object, a: dict) -> str:
+    def poll(c: object, a: dict[str, Any]) -> str:
         seen.append(dict(a))
         return "same"
 
@@ -109,6 +110,11 @@ async def test_calls_the_middleware_makes_different_are_not_a_loop(tmp_path):
     assert all(r["status"] == "ok" for r in results(inst)) and not warnings(inst)
 
 
+def record(log: list[str], name: str, result: str) -> str:
+    log.append(name)
+    return result
+
+
 def ping_pong_model(rounds: int) -> ScriptedModel:
     replies = []
     for i in range(rounds):
@@ -122,8 +128,8 @@ async def test_ping_pong_warns_then_blocks_then_ends_the_turn(tmp_path):
     model = ping_pong_model(10)
     definition = agent(
         model,
-        tool("t__read", lambda c, a: ran.append("read") or "old text"),
-        tool("t__write", lambda c, a: ran.append("write") or "written"),
+        tool("t__read", lambda c, a: record(ran, "read", "old text")),
+        tool("t__write", lambda c, a: record(ran, "write", "written")),
     )
     inst = instance(tmp_path)
     outcome = await turn(definition, inst)

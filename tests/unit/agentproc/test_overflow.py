@@ -1,6 +1,7 @@
 """A context overflow: the conversation compacted once (oldest half summarised) and retried."""
 
 import json
+from typing import Any
 
 from agentproc.compaction import SUMMARY_PREFIX, oldest_part
 from agentproc.messages import Message, ModelError, ToolCall
@@ -80,7 +81,7 @@ async def test_a_failed_summary_leaves_the_overflow(tmp_path):
     assert len(inst.conversation.messages) == before + 2
 
 
-def m(i: int, role: str, size: int = 100, **kw) -> Message:
+def m(i: int, role: Any, size: int = 100, **kw: Any) -> Message:
     return Message(id=str(i), role=role, content="x" * size, **kw)
 
 
