@@ -48,7 +48,9 @@ from agentproc.providers._common import (
     ChunkCallback,
     ProviderError,
     TextCallback,
+    context_overflow,
     headers_option,
+    is_context_overflow,
     is_transport_error,
     retry_after_seconds,
     root_cause,
@@ -321,6 +323,8 @@ class GoogleProvider:
                 retryable=True,
                 retry_after=retry_after,
             )
+        if is_context_overflow(status, exc.status, shown):
+            return context_overflow(self.label, detail)
         hint = "; check Model.spec.model and Model.spec.endpoint" if status == 404 else ""
         return ModelError(
             f"{self.label} rejected the request ({detail}){hint}",

@@ -219,6 +219,19 @@ async def test_bad_request_surfaces_the_server_message(server: FakeGoogleServer)
     assert len(server.requests) == 1
 
 
+async def test_a_context_length_refusal_is_a_context_overflow(server: FakeGoogleServer) -> None:
+    # Gemini's own words for a prompt over the model's window (400 INVALID_ARGUMENT).
+    server.queue_error(
+        400, "The input token count (1200000) exceeds the maximum number of tokens allowed"
+    )
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(server.base_url, maxRetries=3), ask())
+
+    assert (caught.value.code, caught.value.retryable) == ("E_CONTEXT_OVERFLOW", False)
+    assert len(server.requests) == 1
+
+
 async def test_finish_reasons_are_mapped(server: FakeGoogleServer) -> None:
     server.queue_reply(text="cut", finish_reason="MAX_TOKENS")
     server.queue_reply(text="no", finish_reason="SAFETY")
