@@ -4,7 +4,8 @@ Each step starts from the agent's config tools (declared order), then the tools 
 registered (config wins on a name clash), then runtime tools the instance needs right now
 (`tool-jobs__poll` while jobs are open). `Agent.spec.toolPolicy` filters that list and is
 checked again at call time, after step middleware had its say: deny wins over allow, and a
-call outside the policy gets a structured `E_TOOL_POLICY_DENIED`.
+call outside the policy gets a structured `E_TOOL_POLICY_DENIED`. A call to a tool in
+`requireApproval` waits for a human first (`agentproc.approvals`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class ToolPolicy:
         self.allow = spec.allow
         self.deny = spec.deny
         self.allow_registry_calls = spec.allow_registry_calls
+        self.require_approval = spec.require_approval
+        self.approval_timeout_s = spec.approval_timeout_seconds
         self._cache: dict[str, bool] = {}
 
     @property
@@ -40,6 +43,10 @@ class ToolPolicy:
             allowed = self.allow is None or any(fnmatchcase(name, p) for p in self.allow)
             verdict = self._cache[name] = allowed and not denied
         return verdict
+
+    def needs_approval(self, name: str) -> bool:
+        """Whether a call to `name` waits for a human (`requireApproval`)."""
+        return any(fnmatchcase(name, pattern) for pattern in self.require_approval)
 
     def refusal(self, name: str) -> ToolResult | None:
         """The error for a call the policy refuses, or None."""
@@ -63,7 +70,7 @@ class ToolPolicy:
     def unmatched(self, names: Iterable[str]) -> list[str]:
         """Patterns that match none of `names` (typos, removed tools): warned at start."""
         known = list(names)
-        patterns = [*(self.allow or ()), *self.deny]
+        patterns = [*(self.allow or ()), *self.deny, *self.require_approval]
         return [p for p in patterns if not any(fnmatchcase(n, p) for n in known)]
 
 
@@ -94,6 +101,11 @@ class _BothPolicies(ToolPolicy):
         super().__init__()
         self.allow_registry_calls = first.allow_registry_calls
         self._first, self._second = first, second
+        # A Connection adds tools that need approval and may shorten the wait, never the
+        # other way round.
+        self.require_approval = (*first.require_approval, *second.require_approval)
+        timeouts = [t for t in (first.approval_timeout_s, second.approval_timeout_s) if t]
+        self.approval_timeout_s = min(timeouts) if timeouts else None
 
     @property
     def is_open(self) -> bool:

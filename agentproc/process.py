@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from agentproc.approvals import ApprovalWaits
 from agentproc.instance import Instance
 from agentproc.instance_queues import InstanceQueues
 from agentproc.log_limit import LogLimit
@@ -98,6 +99,7 @@ class AgentProcess:
             properties=properties(credential),
         )
         agent, storage = settings.agent, settings.storage
+        self.approvals = definition.approvals = ApprovalWaits(self.name, self._send)
         self.peers = PeerClient(
             self.name,
             self._send,
@@ -162,6 +164,7 @@ class AgentProcess:
             wire.CONTROL_REPLY: self._on_control_reply,
             wire.CONTROL: self._on_control,
             wire.SHUTDOWN: self._on_shutdown,
+            wire.APPROVAL_DECISION: self._on_approval_decision,
         }
 
     def _dispatch(self, env: wire.Envelope) -> None:
@@ -180,6 +183,10 @@ class AgentProcess:
         reply = wire.decode_payload(env, wire.ControlReply)
         if not self.peers.resolve_call(env.correlation_id, reply):
             self.log.debug("late control_reply dropped", correlationId=env.correlation_id)
+
+    def _on_approval_decision(self, env: wire.Envelope) -> None:
+        if not self.approvals.on_decision(wire.decode_payload(env, wire.ApprovalDecision)):
+            self.log.debug("approval decision for no waiting call dropped")
 
     def _on_shutdown(self, env: wire.Envelope) -> None:
         self._shutdown = wire.decode_payload(env, wire.Shutdown)
@@ -505,6 +512,7 @@ class AgentProcess:
         background.spawn(self._settle_quiet_instances(), name="settle quiet instances")
         await self._stop.wait()
         await background.close()
+        self.approvals.park_all()  # a human may take hours: their turns resume after a restart
         grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
         try:
             await asyncio.wait_for(self.queues.wait_idle(), grace)

@@ -105,7 +105,7 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # events, before a tool runs (which may take the process down: the evidence is on disk first),
 # on a failure, and at close. Events are encoded when written, all at once (their data is built
 # for them and never changed).
-_WRITE_NOW = frozenset({"tool.called", "step.failed", "turn.failed"})
+_WRITE_NOW = frozenset({"tool.called", "tool.approval", "step.failed", "turn.failed"})
 
 
 class RuntimeEventLog:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
+from agentproc.approvals import approval_id, parked_calls, parked_result
 from agentproc.loop_guard import Verdict
 from agentproc.messages import Message, ToolCall
 from agentproc.runtime_events import elapsed_ms
@@ -24,7 +25,7 @@ from agentproc.tool_args import ArgumentsError, parse_arguments
 from agentproc.tool_executor import invalid_args, truncate_error_message
 from agentproc.tracing import current_span, new_span_id
 from agentproc.turn_state import ToolBatchOutcome, TurnStop
-from goondan.extensions import RuntimeContext, ToolCallMiddlewareContext
+from goondan.extensions import ReplaceMessage, RuntimeContext, ToolCallMiddlewareContext
 from goondan.tools import Pending, ToolContext, ToolErrorInfo, ToolProgress, ToolResult
 from ipc.error_codes import ErrorCode
 
@@ -101,7 +102,7 @@ async def run_tool_calls(
     except asyncio.CancelledError:
         for index, item in enumerate(done):
             if item is None:
-                done[index] = _Done(_cancelled(calls[index].name))
+                done[index] = _Done(_unfinished(run, calls[index]))
         flush()
         raise
     finished = [item for item in done if item is not None]
@@ -301,6 +302,15 @@ async def _execute(ctx: CallCtx) -> ToolResult:
         return run.instance.jobs.submit(pending, entry, ctx.tool_call_id, run.tracer, ctx.span)
 
     policy = run.policy
+    if (
+        policy.require_approval
+        and agent.approvals is not None
+        and policy.needs_approval(ctx.tool_name)
+        and policy.refusal(ctx.tool_name) is None
+    ):
+        refused = await agent.approvals.wait(ctx, policy.approval_timeout_s)
+        if refused is not None:
+            return refused
     try:
         return await agent.executor.invoke(
             ctx.tool_name,
@@ -351,6 +361,39 @@ def _cancelled(name: str) -> ToolResult:
             message=f"The call to '{name}' was cancelled before it finished (the turn stopped).",
         )
     )
+
+
+def _unfinished(run: TurnRun, call: ToolCall) -> ToolResult:
+    """A call the cancelled batch did not finish: parked when it waited for a human while the
+    agent stopped (it runs again when the turn resumes), else cancelled."""
+    approvals = run.agent.approvals
+    if approvals is not None and approvals.is_parked(
+        approval_id(run.agent.name, run.input.instance_key, call.id)
+    ):
+        return parked_result(call.name)
+    return _cancelled(call.name)
+
+
+class _ResumedStep(msgspec.Struct):
+    """What a call needs of its step, for the calls a resumed turn runs again."""
+
+    run: TurnRun
+    span: str
+    step_index: int
+
+
+async def resume_parked(run: TurnRun) -> None:
+    """A turn delivered again after a stop: its calls that waited for approval run now (they
+    ask again and find the orchestrator's approval), each result replacing the parked one."""
+    found = parked_calls(run)
+    if found is None:
+        return
+    assistant, parked = found
+    names = frozenset(item.name for item in run.agent.catalog.build())
+    step = cast("StepCtx", _ResumedStep(run, run.tracer.turn_span, 0))
+    for call, standing in parked:
+        done = await _call(step, assistant, call, names)
+        run.emit(ReplaceMessage(standing.id, result_message(standing.id, call, done.result)))
 
 
 def restart_requested(result: ToolResult) -> str | None:

@@ -28,6 +28,7 @@ from typing import Any, TypeAlias
 import msgspec
 import structlog
 
+from agentproc.approvals import ApprovalWaits
 from agentproc.budgets import TurnBudget, UsageMeter, usage_data
 from agentproc.catalog import CatalogBuilder, ToolPolicy
 from agentproc.conversation import Conversation
@@ -42,7 +43,7 @@ from agentproc.providers import Provider
 from agentproc.runtime_context import runtime_context
 from agentproc.runtime_events import elapsed_ms, new_turn_id
 from agentproc.step import run_step
-from agentproc.tool_calls import restart_requested, result_message
+from agentproc.tool_calls import restart_requested, result_message, resume_parked
 from agentproc.tool_executor import ToolExecutor
 from agentproc.tool_jobs import POLL_TOOL, current_jobs, poll_entry
 from agentproc.tool_registry import ToolRegistry
@@ -89,6 +90,7 @@ class AgentDefinition:
     bus: EventBus | None = None
     bundle_root: str = ""  # for `ctx.runtime.agent`
     compaction_provider: Provider | None = None  # writes summaries; None: `provider` does
+    approvals: ApprovalWaits | None = None  # set by the agent process (`agentproc.approvals`)
     settings: AgentSettings = DEFAULTS.agent  # tool threads and time limits
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
@@ -292,6 +294,8 @@ class TurnRun:
             self.conversation.append(user, hold=True)
             self.message_events.append(AppendMessage(user))
         self.flush_inbox()
+        if resume:
+            await resume_parked(self)
         self.tracer.turn(
             "turn.started",
             {

@@ -117,6 +117,10 @@ class StatePaths(msgspec.Struct, frozen=True):
         return self.run_dir / "journal.jsonl"
 
     @property
+    def approvals_file(self) -> Path:
+        return self.run_dir / "approvals.jsonl"
+
+    @property
     def info_file(self) -> Path:
         return self.run_dir / "orchestrator.json"
 

@@ -100,6 +100,11 @@ class ErrorCode(StrEnum):
         "daemon",
         "A command for an agent process that is not running.",
     )
+    E_APPROVAL_NOT_FOUND = (
+        "E_APPROVAL_NOT_FOUND",
+        "daemon",
+        "`goondan approve` / `deny` named no waiting approval (unknown, decided or expired).",
+    )
     E_CONFIG = "E_CONFIG", "daemon", "`goondan restart` found the bundle invalid; nothing changed."
     E_INSTANCE_BUSY = (
         "E_INSTANCE_BUSY",
@@ -352,6 +357,11 @@ class ErrorCode(StrEnum):
 
     # -- tool calls (the runtime) ----------------------------------------------------------
     E_TOOL = "E_TOOL", "tool", "A tool failed, with no more specific code."
+    E_TOOL_APPROVAL_TIMEOUT = (
+        "E_TOOL_APPROVAL_TIMEOUT",
+        "tool",
+        "A call that needs a human's approval was not decided within approvalTimeoutSeconds.",
+    )
     E_TOOL_BAD_OUTPUT = (
         "E_TOOL_BAD_OUTPUT",
         "tool",
@@ -363,6 +373,7 @@ class ErrorCode(StrEnum):
         "The model's tool call was cut off by its output limit.",
     )
     E_TOOL_CANCELLED = "E_TOOL_CANCELLED", "tool", "A tool call was cancelled."
+    E_TOOL_DENIED = "E_TOOL_DENIED", "tool", "A human denied a call that needed approval."
     E_TOOL_INTERRUPTED = (
         "E_TOOL_INTERRUPTED",
         "tool",

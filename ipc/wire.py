@@ -31,6 +31,8 @@ EVENT_ACK: Final = "event_ack"  # orchestrator -> connector: journaled (or refus
 TURN_UPDATE: Final = "turn_update"  # agent -> requester, while a turn runs (same correlationId)
 CONTROL: Final = "control"  # a command: CLI or agent -> orchestrator, orchestrator -> agent
 CONTROL_REPLY: Final = "control_reply"
+APPROVAL_REQUEST: Final = "approval_request"  # agent -> orchestrator: a call waits for a human
+APPROVAL_DECISION: Final = "approval_decision"  # orchestrator -> agent: approved, denied...
 
 ORCHESTRATOR: Final = "orchestrator"  # the `to`/`from` name of the broker itself
 
@@ -152,6 +154,29 @@ class Empty(msgspec.Struct, frozen=True):
     pass
 
 
+class ApprovalRequest(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """A tool call that waits for `goondan approve` / `deny`. The id is derived from the
+    agent, instance and tool call, so asking again (after a restart) finds the same entry."""
+
+    id: str
+    instance_key: str
+    tool: str
+    args: str  # the call's JSON arguments
+    tool_call_id: str
+    timeout_s: float
+    trace_id: str = ""
+
+
+class ApprovalDecision(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """What became of an `ApprovalRequest`; who decided, and when (time.time())."""
+
+    id: str
+    decision: Literal["approved", "denied", "expired"]
+    reason: str = ""
+    decided_by: str = ""
+    decided_at: float = 0.0
+
+
 # -- control commands -----------------------------------------------------------------------
 # A `control` payload is `{command, args}`. `args` stays `msgspec.Raw` in the envelope, so any
 # receiver can read the command name first and then decode the args with that command's Struct
@@ -229,6 +254,19 @@ class TurnCancelArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="ca
     request_id: str | None = None
 
 
+class ApprovalsArgs(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`approvals` (CLI -> orchestrator): the tool calls waiting for a human."""
+
+
+class DecideArgs(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`approve` / `deny` (CLI -> orchestrator): decide a waiting call. `by` names the
+    deciding user (the CLI's OS user and uid)."""
+
+    id: str
+    reason: str = ""
+    by: str = ""
+
+
 ControlArgs = (
     StatusArgs
     | StopArgs
@@ -239,6 +277,8 @@ ControlArgs = (
     | InstanceDropArgs
     | CancelArgs
     | TurnCancelArgs
+    | ApprovalsArgs
+    | DecideArgs
 )
 
 
@@ -350,8 +390,46 @@ class Cancelled(msgspec.Struct, frozen=True):
     turns: list[CancelledTurn]
 
 
+class ApprovalInfo(msgspec.Struct, frozen=True, rename="camel"):
+    """One waiting call, as `goondan approvals` shows it."""
+
+    id: str
+    agent: str
+    instance_key: str
+    tool: str
+    args: Any  # the call's arguments (decoded JSON; the raw text when it is not JSON)
+    created_at: float  # time.time()
+    expires_at: float
+
+
+class Approvals(msgspec.Struct, frozen=True):
+    """The result of `approvals`."""
+
+    approvals: list[ApprovalInfo]
+
+
+class Decided(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """The result of `approve` / `deny`."""
+
+    id: str
+    decision: str
+    decided_by: str
+    decided_at: float
+    reason: str = ""
+
+
 ControlResult = (
-    Status | Stopping | Reloaded | Restarted | Deleted | Spawned | Listed | Dropped | Cancelled
+    Status
+    | Stopping
+    | Reloaded
+    | Restarted
+    | Deleted
+    | Spawned
+    | Listed
+    | Dropped
+    | Approvals
+    | Decided
+    | Cancelled
 )
 
 
@@ -368,6 +446,9 @@ CLI_COMMANDS: Final[dict[str, Command]] = {
     "restart": Command(RestartArgs, Reloaded | Restarted),  # (no agent) | (--agent)
     "instance.delete": Command(InstanceDeleteArgs, Deleted),
     "cancel": Command(CancelArgs, Cancelled),
+    "approvals": Command(ApprovalsArgs, Approvals),
+    "approve": Command(DecideArgs, Decided),
+    "deny": Command(DecideArgs, Decided),
 }
 """The commands of control.sock (`goondan status/stop/restart/instance delete/cancel`)."""
 AGENT_COMMANDS: Final[dict[str, Command]] = {
@@ -400,6 +481,8 @@ MessageTag = Literal[
     "turn_update",
     "control",
     "control_reply",
+    "approval_request",
+    "approval_decision",
 ]
 
 
@@ -436,6 +519,8 @@ MESSAGES: Final[dict[str, MessageType]] = {
         MessageType(TURN_UPDATE, TurnUpdate, sent_by=_AGENT),
         MessageType(CONTROL, Control, sent_by=_AGENT, received_by=_AGENT),
         MessageType(CONTROL_REPLY, ControlReply, sent_by=_AGENT, received_by=_AGENT),
+        MessageType(APPROVAL_REQUEST, ApprovalRequest, sent_by=_AGENT),
+        MessageType(APPROVAL_DECISION, ApprovalDecision, received_by=_AGENT),
     )
 }
 """Every message type of agents.sock (control.sock carries `delegate` and `control` from a

@@ -152,7 +152,12 @@ def _metadata(spec: ConnectionSpec, event: wire.ConnectorEvent) -> dict[str, obj
     metadata: dict[str, object] = {"event": event.name, "properties": event.properties}
     if spec.tool_policy is not None:
         policy = spec.tool_policy
-        metadata["toolPolicy"] = {"allow": policy.allow, "deny": list(policy.deny)}
+        metadata["toolPolicy"] = {
+            "allow": policy.allow,
+            "deny": list(policy.deny),
+            "require_approval": list(policy.require_approval),
+            "approval_timeout_seconds": policy.approval_timeout_seconds,
+        }
     return metadata
 
 

@@ -31,6 +31,7 @@ from ipc.endpoints import ensure_private_dir, ipc_endpoint
 from ipc.error_codes import ErrorCode
 from ipc.router_socket import RouterSocket, Unroutable, connection_cap
 from ipc.tasks import TaskSet
+from orchestrator.approvals import ApprovalRegistry
 from orchestrator.cancel import cancel_turns
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
@@ -199,6 +200,9 @@ class Daemon:
             connections, self.entry_agent, self.router, self.journal, self._send_to_peer
         )
         self.agent_calls = AgentCalls(self.to_agent)
+        self.approvals = ApprovalRegistry(self.paths.approvals_file, self.to_agent)
+        if waiting := self.approvals.recover():
+            self._log.info("tool calls still wait for approval", count=waiting)
         self.commands = ControlCommands(
             {
                 "status": self._cmd_status,
@@ -206,6 +210,9 @@ class Daemon:
                 "restart": self._cmd_restart,
                 "instance.delete": self._cmd_instance_delete,
                 "cancel": self._cmd_cancel,
+                "approvals": self._cmd_approvals,
+                "approve": self._cmd_approve,
+                "deny": self._cmd_deny,
             },
             wire.CLI_COMMANDS,
         )
@@ -357,6 +364,7 @@ class Daemon:
             "and will be delivered when it starts again",
         )
         self.journal.close()
+        self.approvals.close()
         await asyncio.sleep(0.05)  # let the control channel flush the last answers
         self.agents.close()
         self.control.close()
@@ -558,6 +566,7 @@ class Daemon:
             wire.CONTROL_REPLY: self._on_control_reply,
             wire.RESTART_REQUEST: self._on_restart_request,
             wire.SHUTDOWN_ACK: self._on_shutdown_ack,
+            wire.APPROVAL_REQUEST: self._on_approval_request,
         }
         return {kind: {t: handlers[t] for t in sends} for kind, sends in SENDS.items()}
 
@@ -650,6 +659,11 @@ class Daemon:
         reason = wire.decode_payload(env, wire.RestartRequest).reason
         self._log.warning("swarm restart requested by an agent", agent=name, reason=reason)
         self._tasks.spawn(self.reload(restart_all=True), name="restart requested by an agent")
+
+    def _on_approval_request(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        self.approvals.request(name, wire.decode_payload(env, wire.ApprovalRequest))
 
     def _on_shutdown_ack(
         self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
@@ -766,6 +780,15 @@ class Daemon:
             self.control.send([identity, frame])
         except Unroutable:
             self._log.info("control client gone before its answer", command=command.command)
+
+    async def _cmd_approvals(self, args: wire.ApprovalsArgs) -> wire.Approvals:
+        return self.approvals.waiting()
+
+    async def _cmd_approve(self, args: wire.DecideArgs) -> wire.Decided:
+        return self.approvals.decide("approved", args)
+
+    async def _cmd_deny(self, args: wire.DecideArgs) -> wire.Decided:
+        return self.approvals.decide("denied", args)
 
     async def _cmd_status(self, args: wire.StatusArgs) -> wire.Status:
         return self.status()

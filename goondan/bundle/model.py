@@ -120,6 +120,10 @@ class ToolPolicySpec(msgspec.Struct, frozen=True):
     allow: tuple[str, ...] | None = None
     deny: tuple[str, ...] = ()
     allow_registry_calls: bool = False
+    # Calls to these tools wait for a human (`goondan approve` / `deny`), for at most
+    # `approval_timeout_seconds` (None: one hour).
+    require_approval: tuple[str, ...] = ()
+    approval_timeout_seconds: float | None = None
 
 
 class AgentCompaction(msgspec.Struct, frozen=True):

@@ -237,14 +237,22 @@ def _compaction(chk: Checker, value: Any) -> AgentCompaction | None:
 
 
 def parse_tool_policy(chk: Checker, value: Any, spec_path: YPath) -> ToolPolicySpec:
-    """`toolPolicy: {allow: [...], deny: [...], allowRegistryCalls: false}` (names or globs);
-    on an Agent, and on a Connection (for the turns it starts)."""
+    """`toolPolicy: {allow: [...], deny: [...], allowRegistryCalls: false, requireApproval:
+    [...], approvalTimeoutSeconds: 3600}` (names or globs); on an Agent, and on a Connection
+    (for the turns it starts)."""
     if value is None:
         return ToolPolicySpec()
     path = (*spec_path, "toolPolicy")
-    data = chk.mapping(path, value, ("allow", "deny", "allowRegistryCalls")) or {}
+    data = (
+        chk.mapping(
+            path,
+            value,
+            ("allow", "deny", "allowRegistryCalls", "requireApproval", "approvalTimeoutSeconds"),
+        )
+        or {}
+    )
     lists: dict[str, tuple[str, ...]] = {}
-    for key in ("allow", "deny"):
+    for key in ("allow", "deny", "requireApproval"):
         if data.get(key) is None:
             continue
         names: list[str] = []
@@ -262,10 +270,20 @@ def parse_tool_policy(chk: Checker, value: Any, spec_path: YPath) -> ToolPolicyS
     registry_calls = None
     if data.get("allowRegistryCalls") is not None:
         registry_calls = chk.boolean((*path, "allowRegistryCalls"), data["allowRegistryCalls"])
+    timeout = None
+    if data.get("approvalTimeoutSeconds") is not None:
+        timeout = chk.number(
+            (*path, "approvalTimeoutSeconds"),
+            data["approvalTimeoutSeconds"],
+            low=0,
+            strict_low=True,
+        )
     return ToolPolicySpec(
         allow=lists.get("allow"),
         deny=lists.get("deny", ()),
         allow_registry_calls=registry_calls is True,
+        require_approval=lists.get("requireApproval", ()),
+        approval_timeout_seconds=timeout,
     )
 
 

@@ -26,6 +26,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan cancel --instance KEY         stop running turns (also --agent, --trace, --all)
   goondan logs [-f] [--trace ID]        turns, steps and tool calls as they happen
   goondan instance list|show|delete     stored conversations
+  goondan approvals|approve|deny ID     tool calls waiting for a human
   goondan doctor [./my-bundle]          check everything `run` needs, one line per check
 
 Every command's --help says what it prints on a terminal and on a pipe, and its exit codes.
@@ -372,6 +373,32 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--state-root", help=STATE_ROOT_HELP)
 
     p = sub.add_parser(
+        "approvals",
+        help="list the tool calls waiting for a human (toolPolicy.requireApproval)",
+        formatter_class=HelpFormatter,
+        epilog="prints: a table (id, agent, instance, tool, age, arguments) on a terminal; "
+        "one line of JSON on a pipe or file (--json: JSON on a terminal too; a list of "
+        "objects with id, agent, instanceKey, tool, args, createdAt, expiresAt)\n"
+        "exit: 0 done (also when none waits), 1 failed, 2 no orchestrator running or bad usage",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON even on a terminal")
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+    for name, what in (("approve", "let a waiting tool call run"), ("deny", "refuse it")):
+        p = sub.add_parser(
+            name,
+            help=what,
+            formatter_class=HelpFormatter,
+            epilog="prints: `ID approved|denied by USER (uid N)`, the same on a terminal and "
+            "on a pipe\n"
+            "exit: 0 decided, 1 no such waiting call (decided, expired or unknown), 2 no "
+            "orchestrator running or bad usage",
+        )
+        p.add_argument("id", help="the approval's id (see `goondan approvals`)")
+        if name == "deny":
+            p.add_argument("--reason", help="told to the model with E_TOOL_DENIED")
+        p.add_argument("--state-root", help=STATE_ROOT_HELP)
+
+    p = sub.add_parser(
         "doctor",
         help="check the installation, state root, bundle, env vars, endpoints and ports",
         description="Check what `goondan run` needs, one line per check: ok, warn or fail, "
@@ -535,6 +562,10 @@ def _run_command(argv: Sequence[str] | None) -> int:
         from goondan.cli.instance_cmd import run_instance
 
         return run_instance(args)
+    if args.command in ("approvals", "approve", "deny"):
+        from goondan.cli.approvals_cmd import run_approvals
+
+        return run_approvals(args)
     if args.command == "send" and (args.text is None) == (args.input_file is None):
         print(
             "goondan send: give one input: TEXT, '-' (stdin) or --input-file FILE", file=sys.stderr
