@@ -1,0 +1,202 @@
+"""Approvals: a tool call in `toolPolicy.requireApproval` waits for `goondan approve` / `deny`,
+with real processes: the daemon, the agent, the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import GOONDAN, Daemon, wait_for, write_bundle
+
+ACT = """\
+import os
+from pathlib import Path
+
+async def run(ctx, args):
+    Path(os.environ["ACT_MARKER"]).write_text(args.get("what", ""))
+    return {"did": args.get("what")}
+
+handlers = {"run": run}
+"""
+
+
+def approval_bundle(directory: Path, *, timeout_s: float | None = None) -> Path:
+    policy = '        requireApproval: ["act__*"]\n'
+    if timeout_s is not None:
+        policy += f"        approvalTimeoutSeconds: {timeout_s}\n"
+    yaml_text = (
+        """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec:
+  provider: scripted
+  model: s
+  options:
+    rules:
+      - when: "do (\\\\w+)"
+        steps:
+          - call: act__run
+            args: {what: "{{match.1}}"}
+          - reply: "done: {{result}}"
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: act}
+spec:
+  entry: ./act.py
+  exports:
+    - name: run
+      description: does something a human must allow
+      parameters: {type: object, properties: {what: {type: string}}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: solo}
+spec:
+  modelConfig: {modelRef: Model/m}
+  tools: [{ref: Tool/act}]
+  toolPolicy:
+"""
+        + policy
+        + """\
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/solo
+  agents: [{ref: Agent/solo}]
+"""
+    )
+    return write_bundle(directory, "", files={"goondan.yaml": yaml_text, "act.py": ACT})
+
+
+def send_in_background(daemon: Daemon, text: str, instance: str) -> subprocess.Popen[str]:
+    args = [*GOONDAN, "send", text, "--instance", instance, "--state-root", str(daemon.state_root)]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def waiting(daemon: Daemon, count: int = 1) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+
+    def listed() -> bool:
+        proc = daemon.cli("approvals", "--json")
+        assert proc.returncode == 0, proc.stderr
+        rows[:] = json.loads(proc.stdout)
+        return len(rows) >= count
+
+    wait_for(listed, timeout=30)
+    return rows
+
+
+def conversation(daemon: Daemon, key: str) -> list[dict[str, Any]]:
+    proc = daemon.cli("instance", "show", key, "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    messages: list[dict[str, Any]] = []
+    for entry in data if isinstance(data, list) else [data]:
+        messages.extend(entry.get("messages", []) if isinstance(entry, dict) else [])
+    return messages
+
+
+def approval_events(daemon: Daemon) -> list[dict[str, Any]]:
+    proc = daemon.cli("logs", "--json", "-n", "0")
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return [e for e in events if e["type"] == "tool.approval"]
+
+
+def test_approve_runs_the_call_and_other_instances_go_on(start_daemon, tmp_path):
+    marker = tmp_path / "marker"
+    daemon = start_daemon(approval_bundle(tmp_path / "b"), env={"ACT_MARKER": str(marker)})
+    sender = send_in_background(daemon, "do alpha", "a")
+    [row] = waiting(daemon)
+    assert row["agent"] == "solo" and row["instanceKey"] == "a"
+    assert row["tool"] == "act__run" and row["args"] == {"what": "alpha"}
+    assert isinstance(row["createdAt"], float) and row["id"].startswith("ap-")
+    assert not marker.exists()  # it waits: nothing ran
+    # The same agent answers another instance while this one waits.
+    other = daemon.send("hello there", "--instance", "b", timeout=30)
+    assert other.returncode == 0 and "hello there" in other.stdout
+    assert sender.poll() is None
+    decided = daemon.cli("approve", row["id"])
+    assert decided.returncode == 0, decided.stderr
+    assert f"{row['id']} approved by " in decided.stdout
+    out, err = sender.communicate(timeout=30)
+    assert sender.returncode == 0, err
+    assert "done:" in out and "alpha" in out
+    assert marker.read_text() == "alpha"
+    assert json.loads(daemon.cli("approvals", "--json").stdout) == []
+    again = daemon.cli("approve", row["id"])
+    assert again.returncode == 1 and "E_APPROVAL_NOT_FOUND" in again.stderr
+    wait_for(lambda: len(approval_events(daemon)) >= 2, timeout=10)
+    requested, approved = approval_events(daemon)[:2]
+    assert requested["data"]["status"] == "requested"
+    assert requested["data"]["approvalId"] == row["id"]
+    assert approved["data"]["status"] == "approved"
+    assert "uid" in approved["data"]["decidedBy"] and approved["data"]["decidedAt"] > 0
+
+
+def test_deny_gives_the_model_the_reason(start_daemon, tmp_path):
+    marker = tmp_path / "marker"
+    daemon = start_daemon(approval_bundle(tmp_path / "b"), env={"ACT_MARKER": str(marker)})
+    sender = send_in_background(daemon, "do beta", "d")
+    [row] = waiting(daemon)
+    decided = daemon.cli("deny", row["id"], "--reason", "not on a Friday")
+    assert decided.returncode == 0, decided.stderr
+    out, err = sender.communicate(timeout=30)
+    assert sender.returncode == 0, err
+    # The scripted model's next step read the call's result: the denial and its reason.
+    assert "E_TOOL_DENIED" in out and "not on a Friday" in out
+    assert not marker.exists()
+    tool_results = [m for m in conversation(daemon, "d") if m.get("role") == "tool"]
+    assert "E_TOOL_DENIED" in tool_results[-1]["content"]
+    wait_for(lambda: len(approval_events(daemon)) >= 2, timeout=10)
+    assert approval_events(daemon)[-1]["data"]["status"] == "denied"
+    assert approval_events(daemon)[-1]["data"]["reason"] == "not on a Friday"
+
+
+def test_an_undecided_call_expires(start_daemon, tmp_path):
+    marker = tmp_path / "marker"
+    bundle = approval_bundle(tmp_path / "b", timeout_s=1)
+    daemon = start_daemon(bundle, env={"ACT_MARKER": str(marker)})
+    proc = daemon.send("do gamma", "--instance", "e", timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "E_TOOL_APPROVAL_TIMEOUT" in proc.stdout
+    assert not marker.exists()
+    assert json.loads(daemon.cli("approvals", "--json").stdout) == []
+    wait_for(lambda: len(approval_events(daemon)) >= 2, timeout=10)
+    assert approval_events(daemon)[-1]["data"]["status"] == "expired"
+
+
+def test_an_approval_crosses_a_daemon_restart(start_daemon, tmp_path):
+    marker = tmp_path / "marker"
+    bundle = approval_bundle(tmp_path / "b")
+    env = {"ACT_MARKER": str(marker)}
+    daemon = start_daemon(bundle, env=env)
+    sender = send_in_background(daemon, "do delta", "r")
+    [row] = waiting(daemon)
+    # The waiting turn does not hold the stop (the grace period is minutes).
+    assert daemon.stop(timeout=20) == 0
+    sender.communicate(timeout=30)  # the requester is gone with the daemon
+    assert not marker.exists()
+    daemon = start_daemon(bundle, env=env)
+    [again] = waiting(daemon)
+    assert again["id"] == row["id"] and again["createdAt"] == row["createdAt"]
+    assert daemon.cli("approve", row["id"]).returncode == 0
+
+    def answered() -> bool:
+        messages = conversation(daemon, "r")
+        return bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get(
+            "toolCalls"
+        )
+
+    wait_for(answered, timeout=30)
+    messages = conversation(daemon, "r")
+    assert "done:" in messages[-1]["content"] and "delta" in messages[-1]["content"]
+    assert marker.read_text() == "delta"
+    results = [m for m in messages if m["role"] == "tool"]
+    assert len(results) == 1 and '"did":"delta"' in results[0]["content"].replace(" ", "")
