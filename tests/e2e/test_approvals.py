@@ -190,8 +190,10 @@ def test_an_approval_crosses_a_daemon_restart(start_daemon, tmp_path):
 
     def answered() -> bool:
         messages = conversation(daemon, "r")
-        return bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get(
-            "toolCalls"
+        return (
+            bool(messages)
+            and messages[-1]["role"] == "assistant"
+            and not messages[-1].get("toolCalls")
         )
 
     wait_for(answered, timeout=30)

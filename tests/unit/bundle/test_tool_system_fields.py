@@ -97,6 +97,18 @@ def test_every_field_set(load: Load, tmp_path: Path) -> None:
             "must be a list",
         ),
         (
+            AGENT,
+            AGENT + "  toolPolicy: {requireApproval: ['rm -rf']}\n",
+            "Agent/coder.spec.toolPolicy.requireApproval[0]",
+            "cannot match a tool name",
+        ),
+        (
+            AGENT,
+            AGENT + "  toolPolicy: {approvalTimeoutSeconds: 0}\n",
+            "Agent/coder.spec.toolPolicy.approvalTimeoutSeconds",
+            "must be a number > 0",
+        ),
+        (
             SWARM,
             SWARM + "  policy:\n    budget: {maxTurnSeconds: 0}\n",
             "Swarm/default.spec.policy.budget.maxTurnSeconds",
@@ -197,3 +209,15 @@ def test_connection_tool_policy(tmp_path, load, errors_of):
     broken = base.replace('deny: ["calc__*"]', 'deny: ["not a tool!"]')
     [error] = errors_of(write_bundle(tmp_path / "bad", broken))
     assert error.path.endswith("spec.toolPolicy.deny[0]")
+
+
+def test_require_approval(load: Load, tmp_path: Path) -> None:
+    text = edit(
+        AGENT,
+        AGENT + "  toolPolicy:\n    requireApproval: ['bash__*', calc__add]\n"
+        "    approvalTimeoutSeconds: 90\n",
+    )
+    policy = spec(load(write_bundle(tmp_path, text)), "Agent", "coder").tool_policy
+    assert policy == ToolPolicySpec(
+        require_approval=("bash__*", "calc__add"), approval_timeout_seconds=90.0
+    )
