@@ -102,6 +102,13 @@ class ApprovalWaits:
                 raise asyncio.CancelledError
             self._send(wire.encode(wire.APPROVAL_REQUEST, self.agent, wire.ORCHESTRATOR, request))
             decision = await future
+        except asyncio.CancelledError:
+            if approval not in self._parked:  # the turn ended: nobody needs to decide any more
+                withdrawn = msgspec.structs.replace(request, withdrawn=True)
+                self._send(
+                    wire.encode(wire.APPROVAL_REQUEST, self.agent, wire.ORCHESTRATOR, withdrawn)
+                )
+            raise
         finally:
             self._waiting.pop(approval, None)
             self._turns.pop(approval, None)

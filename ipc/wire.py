@@ -165,6 +165,7 @@ class ApprovalRequest(msgspec.Struct, frozen=True, omit_defaults=True, rename="c
     tool_call_id: str
     timeout_s: float
     trace_id: str = ""
+    withdrawn: bool = False  # the call stopped waiting (its turn was cancelled or timed out)
 
 
 class ApprovalDecision(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):

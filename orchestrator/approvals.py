@@ -39,7 +39,7 @@ class Approval(msgspec.Struct, omit_defaults=True):
     created_at: float
     expires_at: float
     trace_id: str = ""
-    decision: str = ""  # "" while waiting; approved / denied / expired
+    decision: str = ""  # "" while waiting; approved / denied / expired / withdrawn
     reason: str = ""
     decided_by: str = ""
     decided_at: float = 0.0
@@ -98,7 +98,11 @@ class ApprovalRegistry:
 
     def request(self, agent: str, req: wire.ApprovalRequest) -> None:
         entry = self._entries.get(req.id)
-        if entry is not None and entry.agent == agent:
+        if req.withdrawn:
+            if entry is not None and entry.agent == agent and not entry.decision:
+                self._settle(entry, "withdrawn", "the turn stopped waiting", agent)
+            return
+        if entry is not None and entry.agent == agent and entry.decision != "withdrawn":
             if entry.decision:
                 self._tell(entry)  # decided while the turn was away (a restart)
             return
@@ -160,7 +164,8 @@ class ApprovalRegistry:
         except StorageError as exc:
             self._log.warning("could not journal an approval's decision", error=str(exc))
         self._log.info("tool call approval decided", id=entry.id, decision=decision, decidedBy=by)
-        self._tell(entry)
+        if decision != "withdrawn":
+            self._tell(entry)
 
     def _tell(self, entry: Approval) -> None:
         frame = wire.encode(wire.APPROVAL_DECISION, wire.ORCHESTRATOR, entry.agent, entry.decided())

@@ -22,7 +22,9 @@ handlers = {"run": run}
 """
 
 
-def approval_bundle(directory: Path, *, timeout_s: float | None = None) -> Path:
+def approval_bundle(
+    directory: Path, *, timeout_s: float | None = None, turn_s: float | None = None
+) -> Path:
     policy = '        requireApproval: ["act__*"]\n'
     if timeout_s is not None:
         policy += f"        approvalTimeoutSeconds: {timeout_s}\n"
@@ -71,6 +73,8 @@ spec:
   agents: [{ref: Agent/solo}]
 """
     )
+    if turn_s is not None:
+        yaml_text += f"  policy: {{budget: {{maxTurnSeconds: {turn_s}}}}}\n"
     return write_bundle(directory, "", files={"goondan.yaml": yaml_text, "act.py": ACT})
 
 
@@ -202,3 +206,19 @@ def test_an_approval_crosses_a_daemon_restart(start_daemon, tmp_path):
     assert marker.read_text() == "delta"
     results = [m for m in messages if m["role"] == "tool"]
     assert len(results) == 1 and '"did":"delta"' in results[0]["content"].replace(" ", "")
+
+
+def test_a_turn_that_stops_waiting_withdraws_its_approval(start_daemon, tmp_path):
+    """The wait counts toward the turn's time budget: past it the turn ends, and nobody is left
+    to approve a call that will never run."""
+    marker = tmp_path / "marker"
+    bundle = approval_bundle(tmp_path / "b", turn_s=3)
+    daemon = start_daemon(bundle, env={"ACT_MARKER": str(marker)})
+    sender = send_in_background(daemon, "do epsilon", "w")
+    [row] = waiting(daemon)
+    out, err = sender.communicate(timeout=30)
+    assert "E_TURN_BUDGET" in out + err, (out, err)
+    wait_for(lambda: json.loads(daemon.cli("approvals", "--json").stdout) == [], timeout=10)
+    refused = daemon.cli("approve", row["id"])
+    assert refused.returncode == 1 and "E_APPROVAL_NOT_FOUND" in refused.stderr
+    assert not marker.exists()

@@ -76,3 +76,16 @@ async def test_an_undecided_call_expires(tmp_path: Path) -> None:
     assert [(d.id, d.decision) for _, d in outbox.sent] == [("ap-1", "expired")]
     assert registry.waiting().approvals == []
     registry.close()
+
+
+async def test_a_withdrawn_call_stops_waiting(tmp_path: Path) -> None:
+    outbox = Outbox()
+    registry = ApprovalRegistry(tmp_path / "approvals.jsonl", outbox)
+    registry.request("solo", request())
+    registry.request("other", wire.ApprovalRequest("ap-1", "k", "t", "{}", "c", 1, withdrawn=True))
+    assert len(registry.waiting().approvals) == 1  # only its own agent may withdraw it
+    registry.request("solo", wire.ApprovalRequest("ap-1", "k", "t", "{}", "c", 1, withdrawn=True))
+    assert registry.waiting().approvals == [] and outbox.sent == []
+    registry.request("solo", request())  # the same call asking again waits again
+    assert len(registry.waiting().approvals) == 1
+    registry.close()
