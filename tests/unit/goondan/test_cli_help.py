@@ -17,6 +17,9 @@ COMMANDS = [
     ["instance", "list"],
     ["instance", "show"],
     ["instance", "delete"],
+    ["approvals"],
+    ["approve"],
+    ["deny"],
     ["stop"],
 ]
 
