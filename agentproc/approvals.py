@@ -170,7 +170,7 @@ def parked_calls(run: TurnRun) -> tuple[Message, list[tuple[ToolCall, Message]]]
                 if call.id in by_call and _is_parked(by_call[call.id])
             ]
             return (message, parked) if parked else None
-        if message.role == "user" and message.metadata.get("requestId") is not None:
+        if message.role == "user" and message.metadata.get("requestId") == run.input.request_id:
             return None  # the turn's own input: nothing of it was parked
     return None
 

@@ -294,8 +294,6 @@ class TurnRun:
             self.conversation.append(user, hold=True)
             self.message_events.append(AppendMessage(user))
         self.flush_inbox()
-        if resume:
-            await resume_parked(self)
         self.tracer.turn(
             "turn.started",
             {
@@ -309,6 +307,8 @@ class TurnRun:
         cancel = self.cancel
         cancelling = cancel.task.cancelling() if cancel is not None else 0
         try:
+            if resume:  # calls that waited for approval when the agent stopped run now
+                await resume_parked(self)
             if len(layers) == 1:  # no turn middleware: no context object to build
                 result = await self.core_turn()
             else:

@@ -39,6 +39,7 @@ import os
 import resource
 import secrets
 import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -151,6 +152,20 @@ class RouterSocket:
             out, peer.outbox = peer.outbox, []
             if not peer.transport.is_closing():
                 peer.transport.writelines(out)
+
+    def peer_uid(self, identity: bytes) -> int | None:
+        """The uid of the process at the other end of `identity`'s connection (the kernel's
+        SO_PEERCRED), or None when it is gone or the platform cannot tell."""
+        peer = self._peers.get(identity)
+        sock = peer.transport.get_extra_info("socket") if peer is not None else None
+        if sock is None or not hasattr(socket, "SO_PEERCRED"):
+            return None
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        except OSError:
+            return None
+        uid: int = struct.unpack("3i", creds)[1]
+        return uid
 
     @property
     def peers(self) -> int:

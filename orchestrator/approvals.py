@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pwd
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -202,6 +203,22 @@ class ApprovalRegistry:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, self.path)
+
+
+def with_decider(command: wire.Control, uid: int | None) -> wire.Control:
+    """`approve` / `deny` as the daemon records them: decided by the login and uid the kernel
+    reports for the CLI's connection (SO_PEERCRED), not by what the CLI says, when it can."""
+    if uid is None or command.command not in ("approve", "deny"):
+        return command
+    try:
+        args = wire.decode_args(command, wire.DecideArgs)
+    except wire.BadArgs:
+        return command  # the command answers it
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = "?"
+    return wire.control(command.command, msgspec.structs.replace(args, by=f"{name} (uid {uid})"))
 
 
 def _args(text: str) -> Any:

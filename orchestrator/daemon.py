@@ -31,7 +31,7 @@ from ipc.endpoints import ensure_private_dir, ipc_endpoint
 from ipc.error_codes import ErrorCode
 from ipc.router_socket import RouterSocket, Unroutable, connection_cap
 from ipc.tasks import TaskSet
-from orchestrator.approvals import ApprovalRegistry
+from orchestrator.approvals import ApprovalRegistry, with_decider
 from orchestrator.cancel import cancel_turns
 from orchestrator.connections import Connections, swarm_connections, terminal_connection
 from orchestrator.control import AgentCalls, CommandError, ControlCommands
@@ -756,6 +756,8 @@ class Daemon:
                     self._journal_done(request_id)  # answered at once with an error
             elif env.type == wire.CONTROL:
                 command = wire.decode_payload(env, wire.Control)
+                if command.command in ("approve", "deny"):
+                    command = with_decider(command, self.control.peer_uid(identity))
                 self._tasks.spawn(
                     self._answer_control(identity, env.correlation_id, command),
                     name=f"control {command.command}",

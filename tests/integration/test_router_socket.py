@@ -667,3 +667,15 @@ def test_a_peer_that_pings_and_never_reads_costs_bounded_memory(run, endpoint):
             router.close()
 
     run(scenario())
+
+
+async def test_peer_uid_is_the_kernels_word(listening, endpoint, ctx):
+    """`approve` / `deny` record who decided from the connection itself (SO_PEERCRED)."""
+    dealer = connect_dealer(ctx, endpoint, "cli-1")
+    try:
+        dealer.send(b"hello")
+        await until(lambda: len(listening.got) == 1)
+        assert listening.router.peer_uid(b"cli-1") == os.getuid()
+        assert listening.router.peer_uid(b"nobody") is None
+    finally:
+        dealer.close(linger=0)

@@ -89,3 +89,17 @@ async def test_a_withdrawn_call_stops_waiting(tmp_path: Path) -> None:
     registry.request("solo", request())  # the same call asking again waits again
     assert len(registry.waiting().approvals) == 1
     registry.close()
+
+
+def test_the_decider_is_the_connections_user_not_the_clients_claim() -> None:
+    import os
+    import pwd
+
+    from orchestrator.approvals import with_decider
+
+    claimed = wire.control("deny", wire.DecideArgs("ap-1", "no", "root (uid 0)"))
+    command = with_decider(claimed, os.getuid())
+    args = wire.decode_args(command, wire.DecideArgs)
+    assert args.by == f"{pwd.getpwuid(os.getuid()).pw_name} (uid {os.getuid()})"
+    assert (args.id, args.reason) == ("ap-1", "no")
+    assert with_decider(claimed, None) is claimed  # no credentials: the client's word
