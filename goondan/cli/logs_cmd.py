@@ -136,5 +136,9 @@ def render(event: RuntimeEvent) -> str:
         details.append(f"{data.pop('duration')}ms")
     if "errorMessage" in data:
         details.append(f"error: {data.pop('errorMessage')}")
+    if data.get("decidedBy"):  # tool.approval: who approved or denied
+        details.append(f"{data.pop('approvalId', '')} by {data.pop('decidedBy')}")
+    elif "approvalId" in data:
+        details.append(str(data.pop("approvalId")))
     where = f"{event.agent_name}/{event.instance_key}"
     return f"{clock} {where:<28} {event.type:<16} {' '.join(details)}  trace={event.trace_id[:8]}"

@@ -4,9 +4,15 @@ with real processes: the daemon, the agent, the CLI."""
 from __future__ import annotations
 
 import json
+import os
+import select
 import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.e2e.conftest import GOONDAN, Daemon, wait_for, write_bundle
 
@@ -113,11 +119,65 @@ def approval_events(daemon: Daemon) -> list[dict[str, Any]]:
     return [e for e in events if e["type"] == "tool.approval"]
 
 
-def test_approve_runs_the_call_and_other_instances_go_on(start_daemon, tmp_path):
+class Follower:
+    """A running `goondan logs -f`, read line by line as it prints (unbuffered, from the fd)."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.proc = subprocess.Popen(
+            [*GOONDAN, "logs", "-f", "--state-root", str(daemon.state_root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self._pending = b""
+        self.seen: list[str] = []
+
+    def until(self, needle: str, timeout: float = 20) -> dict[str, Any]:
+        """The next event whose line holds `needle`."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            while b"\n" in self._pending:
+                line, self._pending = self._pending.split(b"\n", 1)
+                text = line.decode()
+                self.seen.append(text)
+                if needle in text:
+                    event: dict[str, Any] = json.loads(text)
+                    return event
+            if select.select([fd], [], [], 0.2)[0]:
+                self._pending += os.read(fd, 65536)
+        raise AssertionError(f"no {needle!r} in {self.seen}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def follow_logs() -> Iterator[Callable[[Daemon], Follower]]:
+    followers: list[Follower] = []
+
+    def start(daemon: Daemon) -> Follower:
+        followers.append(Follower(daemon))
+        return followers[-1]
+
+    yield start
+    for follower in followers:
+        follower.close()
+
+
+def test_approve_runs_the_call_and_other_instances_go_on(start_daemon, follow_logs, tmp_path):
     marker = tmp_path / "marker"
     daemon = start_daemon(approval_bundle(tmp_path / "b"), env={"ACT_MARKER": str(marker)})
+    follow = follow_logs(daemon)
     sender = send_in_background(daemon, "do alpha", "a")
     [row] = waiting(daemon)
+    # A chat notifier following the logs sees the request as it happens (a pipe: JSON lines).
+    requested = follow.until('"tool.approval"')
+    assert requested["data"]["status"] == "requested"
     assert row["agent"] == "solo" and row["instanceKey"] == "a"
     assert row["tool"] == "act__run" and row["args"] == {"what": "alpha"}
     assert isinstance(row["createdAt"], float) and row["id"].startswith("ap-")
@@ -129,6 +189,8 @@ def test_approve_runs_the_call_and_other_instances_go_on(start_daemon, tmp_path)
     decided = daemon.cli("approve", row["id"])
     assert decided.returncode == 0, decided.stderr
     assert f"{row['id']} approved by " in decided.stdout
+    approved = follow.until('"approved"')
+    assert approved["type"] == "tool.approval" and approved["data"]["approvalId"] == row["id"]
     out, err = sender.communicate(timeout=30)
     assert sender.returncode == 0, err
     assert "done:" in out and "alpha" in out
