@@ -145,6 +145,23 @@ class ApprovalWaits:
         )
 
 
+async def ask_approval(
+    waits: ApprovalWaits | None, ctx: CallCtx, timeout_s: float | None
+) -> ToolResult | None:
+    """None when a human approved the call; an agent with nobody to ask (no orchestrator,
+    as in an embedded test) refuses it rather than run it unapproved."""
+    if waits is not None:
+        return await waits.wait(ctx, timeout_s)
+    return ToolResult.fail(
+        ToolErrorInfo(
+            code=ErrorCode.E_TOOL_DENIED,
+            name="ToolDeniedError",
+            message=f"The call to '{ctx.tool_name}' needs a human's approval, and this agent "
+            "runs without an orchestrator to ask.",
+        )
+    )
+
+
 def parked_result(name: str) -> ToolResult:
     """A waiting call's result when the agent stopped: run again when the turn resumes."""
     return ToolResult.fail(
@@ -180,4 +197,4 @@ def _is_parked(message: Message) -> bool:
     return f'"name":"{PARKED}"' in content
 
 
-__all__ = ["ApprovalWaits", "approval_id", "parked_calls", "parked_result"]
+__all__ = ["ApprovalWaits", "approval_id", "ask_approval", "parked_calls", "parked_result"]

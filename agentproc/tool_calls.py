@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
-from agentproc.approvals import approval_id, parked_calls, parked_result
+from agentproc.approvals import approval_id, ask_approval, parked_calls, parked_result
 from agentproc.loop_guard import Verdict
 from agentproc.messages import Message, ToolCall
 from agentproc.runtime_events import elapsed_ms
@@ -304,11 +304,10 @@ async def _execute(ctx: CallCtx) -> ToolResult:
     policy = run.policy
     if (
         policy.require_approval
-        and agent.approvals is not None
         and policy.needs_approval(ctx.tool_name)
         and policy.refusal(ctx.tool_name) is None
     ):
-        refused = await agent.approvals.wait(ctx, policy.approval_timeout_s)
+        refused = await ask_approval(agent.approvals, ctx, policy.approval_timeout_s)
         if refused is not None:
             return refused
     try:
