@@ -203,3 +203,24 @@ async def close_quietly(stream: Any) -> None:
         await stream.close()
     except Exception:  # noqa: BLE001 - best effort on an already failed stream
         pass
+
+
+def unreachable(label: str, exc: BaseException, *, timed_out: bool) -> ModelError:
+    """The model could not be reached, or did not answer in time: worth another try."""
+    if timed_out:
+        message = (
+            f"{label} did not answer in time (a slow model may need a larger "
+            "Model.spec.options.timeoutSeconds)"
+        )
+    else:
+        message = f"cannot reach {label}: {root_cause(exc)}; check Model.spec.endpoint"
+    return ModelError(message, code=ErrorCode.E_MODEL_UNREACHABLE, retryable=True)
+
+
+def interrupted(label: str, reason: str, count: int, unit: str) -> ModelError:
+    """A stream that broke off after `count` chunks or events: worth another try."""
+    return ModelError(
+        f"{label} broke off the stream after {count} {unit}: {reason}",
+        code=E_MODEL_STREAM_INTERRUPTED,
+        retryable=True,
+    )

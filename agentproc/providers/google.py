@@ -44,16 +44,17 @@ from google.genai import errors, types
 
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
-    E_MODEL_STREAM_INTERRUPTED,
     ChunkCallback,
     ProviderError,
     TextCallback,
     context_overflow,
     headers_option,
+    interrupted,
     is_context_overflow,
     is_transport_error,
     retry_after_seconds,
     root_cause,
+    unreachable,
 )
 from agentproc.providers.endpoints import PUBLIC_API
 from agentproc.providers.resilience import POLICY_OPTIONS, RetryPolicy
@@ -276,21 +277,10 @@ class GoogleProvider:
         )
 
     def _unreachable(self, exc: BaseException) -> ModelError:
-        if isinstance(exc, TimeoutError):
-            message = (
-                f"{self.label} did not answer in time (a slow model may need a larger "
-                "Model.spec.options.timeoutSeconds)"
-            )
-        else:
-            message = f"cannot reach {self.label}: {root_cause(exc)}; check Model.spec.endpoint"
-        return ModelError(message, code=ErrorCode.E_MODEL_UNREACHABLE, retryable=True)
+        return unreachable(self.label, exc, timed_out=isinstance(exc, TimeoutError))
 
-    def _interrupted(self, reason: str, events: int) -> ModelError:
-        return ModelError(
-            f"{self.label} broke off the stream after {events} events: {reason}",
-            code=E_MODEL_STREAM_INTERRUPTED,
-            retryable=True,
-        )
+    def _interrupted(self, reason: str, count: int) -> ModelError:
+        return interrupted(self.label, reason, count, "events")
 
     def _status_error(self, exc: errors.APIError, events: int | None = None) -> ModelError:
         status = exc.code or 500

@@ -32,18 +32,19 @@ import openai
 
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
-    E_MODEL_STREAM_INTERRUPTED,
     ChunkCallback,
     ProviderError,
     TextCallback,
     close_quietly,
     context_overflow,
     headers_option,
+    interrupted,
     is_context_overflow,
     is_transport_error,
     optional_str,
     retry_after_seconds,
     root_cause,
+    unreachable,
 )
 from agentproc.providers.endpoints import PUBLIC_API
 from agentproc.providers.resilience import POLICY_OPTIONS, RetryPolicy
@@ -234,21 +235,10 @@ class OpenAIProvider:
         return self.label
 
     def _unreachable(self, exc: openai.APIConnectionError) -> ModelError:
-        if isinstance(exc, openai.APITimeoutError):
-            message = (
-                f"{self._where()} did not answer in time (a slow model may need a larger "
-                "Model.spec.options.timeoutSeconds)"
-            )
-        else:
-            message = f"cannot reach {self._where()}: {root_cause(exc)}; check Model.spec.endpoint"
-        return ModelError(message, code=ErrorCode.E_MODEL_UNREACHABLE, retryable=True)
+        return unreachable(self._where(), exc, timed_out=isinstance(exc, openai.APITimeoutError))
 
-    def _interrupted(self, reason: str, chunks: int) -> ModelError:
-        return ModelError(
-            f"{self._where()} broke off the stream after {chunks} chunks: {reason}",
-            code=E_MODEL_STREAM_INTERRUPTED,
-            retryable=True,
-        )
+    def _interrupted(self, reason: str, count: int) -> ModelError:
+        return interrupted(self._where(), reason, count, "chunks")
 
     def _stream_error(self, exc: openai.APIError, chunks: int) -> ModelError:
         if isinstance(exc, openai.APIConnectionError):
