@@ -101,7 +101,11 @@ class ApprovalWaits:
                 self._parked.add(approval)
                 raise asyncio.CancelledError
             self._send(wire.encode(wire.APPROVAL_REQUEST, self.agent, wire.ORCHESTRATOR, request))
-            decision = await future
+            run.pause_budget()  # the approval's own time limit applies, not the turn's
+            try:
+                decision = await future
+            finally:
+                run.resume_budget()
         except asyncio.CancelledError:
             if approval not in self._parked:  # the turn ended: nobody needs to decide any more
                 withdrawn = msgspec.structs.replace(request, withdrawn=True)

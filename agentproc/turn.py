@@ -32,7 +32,7 @@ from agentproc.approvals import ApprovalWaits
 from agentproc.budgets import TurnBudget, UsageMeter, usage_data
 from agentproc.catalog import CatalogBuilder, ToolPolicy
 from agentproc.conversation import Conversation
-from agentproc.deadlines import Deadlines
+from agentproc.deadlines import Deadline, Deadlines
 from agentproc.extension_state import current_state
 from agentproc.extensions import EventBus
 from agentproc.instance import Instance
@@ -264,6 +264,9 @@ class TurnRun:
         self.state = TurnState()
         self.meter = UsageMeter(agent.pricing)
         self.budget = TurnBudget(agent.budget)
+        self._watched: Deadline | None = None  # the turn's time budget, while it runs
+        self._paused = 0  # calls waiting for a human: the budget stops meanwhile
+        self._paused_at = 0.0
         self.message_events: list[MessageEvent] = []
         self.view = ConversationView(
             self.conversation, self.message_events, list(self.conversation.messages)
@@ -364,11 +367,11 @@ class TurnRun:
         task = asyncio.current_task()
         assert task is not None
         cancelling = task.cancelling()
-        watched = self.agent.deadlines.watch(task, deadline)
+        self._watched = self.agent.deadlines.watch(task, deadline)
         try:
             return await self._steps()
         except asyncio.CancelledError:
-            if not watched.expired or task.uncancel() > cancelling:
+            if not self._watched.expired or task.uncancel() > cancelling:
                 raise  # not ours, or someone else cancelled too
             notice = self.budget.time_message()
             self.log.warning(
@@ -376,7 +379,23 @@ class TurnRun:
             )
             return self._stop_for_budget(notice)
         finally:
-            self.agent.deadlines.end(watched)
+            self.agent.deadlines.end(self._watched)
+            self._watched = None
+
+    def pause_budget(self) -> None:
+        """A call waits for a human (`requireApproval`): the turn's time budget stops running
+        until `resume_budget`, so an approval can take as long as its own time limit."""
+        self._paused += 1
+        if self._paused == 1 and self._watched is not None:
+            self.agent.deadlines.end(self._watched)
+            self._paused_at = time.monotonic()
+
+    def resume_budget(self) -> None:
+        self._paused -= 1
+        watched = self._watched
+        if self._paused == 0 and watched is not None:
+            waited = time.monotonic() - self._paused_at
+            self._watched = self.agent.deadlines.watch(watched.task, watched.when + waited)
 
     async def _steps(self) -> TurnResult:
         agent = self.agent

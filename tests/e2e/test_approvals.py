@@ -270,16 +270,34 @@ def test_an_approval_crosses_a_daemon_restart(start_daemon, tmp_path):
     assert len(results) == 1 and '"did":"delta"' in results[0]["content"].replace(" ", "")
 
 
-def test_a_turn_that_stops_waiting_withdraws_its_approval(start_daemon, tmp_path):
-    """The wait counts toward the turn's time budget: past it the turn ends, and nobody is left
-    to approve a call that will never run."""
+def test_the_wait_does_not_count_toward_the_turn_budget(start_daemon, tmp_path):
+    """A human takes as long as the approval's own limit allows: the turn's time budget
+    (here 2 s) stops while its call waits, and runs on once the call is decided."""
     marker = tmp_path / "marker"
-    bundle = approval_bundle(tmp_path / "b", turn_s=3)
+    bundle = approval_bundle(tmp_path / "b", turn_s=2)
     daemon = start_daemon(bundle, env={"ACT_MARKER": str(marker)})
     sender = send_in_background(daemon, "do epsilon", "w")
     [row] = waiting(daemon)
+    time.sleep(3)  # longer than the turn's whole budget
+    assert sender.poll() is None  # still waiting for the human, not stopped for time
+    decided = daemon.cli("approve", row["id"])
+    assert decided.returncode == 0, decided.stderr
     out, err = sender.communicate(timeout=30)
-    assert "E_TURN_BUDGET" in out + err, (out, err)
+    assert sender.returncode == 0, (out, err)
+    assert "E_TURN_BUDGET" not in out + err
+    assert marker.read_text() == "epsilon"
+
+
+def test_a_cancelled_turn_withdraws_its_approval(start_daemon, tmp_path):
+    """A turn that stops waiting leaves nobody to approve a call that will never run."""
+    marker = tmp_path / "marker"
+    daemon = start_daemon(approval_bundle(tmp_path / "b"), env={"ACT_MARKER": str(marker)})
+    sender = send_in_background(daemon, "do zeta", "z")
+    [row] = waiting(daemon)
+    cancelled = daemon.cli("cancel", "--agent", "solo", "--instance", "z")
+    assert cancelled.returncode == 0, cancelled.stderr
+    out, err = sender.communicate(timeout=30)
+    assert "E_TURN_CANCELLED" in out + err, (out, err)
     wait_for(lambda: json.loads(daemon.cli("approvals", "--json").stdout) == [], timeout=10)
     refused = daemon.cli("approve", row["id"])
     assert refused.returncode == 1 and "E_APPROVAL_NOT_FOUND" in refused.stderr
