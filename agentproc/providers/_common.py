@@ -224,3 +224,49 @@ def interrupted(label: str, reason: str, count: int, unit: str) -> ModelError:
         code=E_MODEL_STREAM_INTERRUPTED,
         retryable=True,
     )
+
+
+NOT_FOUND_HINT = "; check Model.spec.model and Model.spec.endpoint"
+
+
+def status_error(
+    label: str,
+    status: int,
+    detail: str,
+    retry_after: float | None,
+    *,
+    overflow: bool,
+    key_hint: str = "",
+    bad_key: bool = False,
+    hints: Mapping[int, str] | None = None,
+) -> ModelError:
+    """An HTTP error status as every provider reports it: a rejected key, a rate limit or an
+    unavailable server (both worth another try, after `retry_after`), a context overflow, or
+    else a bad request with the provider's `hints` for that status."""
+    if status in (401, 403) or bad_key:
+        return ModelError(
+            f"{label} rejected the API key ({detail}); check Model.spec.apiKey{key_hint}",
+            code=ErrorCode.E_MODEL_AUTH,
+        )
+    if status == 429:
+        hint = f" (retry after {retry_after:g}s)" if retry_after is not None else ""
+        return ProviderError(
+            f"{label} is rate limiting{hint} ({detail})",
+            code=ErrorCode.E_MODEL_RATE_LIMITED,
+            retryable=True,
+            retry_after=retry_after,
+        )
+    if status == 408 or status >= 500:
+        state = "overloaded" if status == 529 else "unavailable"  # 529: Anthropic's overload
+        return ProviderError(
+            f"{label} is {state} ({detail})",
+            code=ErrorCode.E_MODEL_UNAVAILABLE,
+            retryable=True,
+            retry_after=retry_after,
+        )
+    if overflow:
+        return context_overflow(label, detail)
+    hint = (hints or {}).get(status, NOT_FOUND_HINT if status == 404 else "")
+    return ModelError(
+        f"{label} rejected the request ({detail}){hint}", code=ErrorCode.E_MODEL_BAD_REQUEST
+    )

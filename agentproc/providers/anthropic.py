@@ -45,16 +45,15 @@ import anthropic
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
     ChunkCallback,
-    ProviderError,
     TextCallback,
     close_quietly,
-    context_overflow,
     headers_option,
     interrupted,
     is_context_overflow,
     is_transport_error,
     retry_after_seconds,
     root_cause,
+    status_error,
     unreachable,
 )
 from agentproc.providers.endpoints import PUBLIC_API
@@ -288,38 +287,14 @@ class AnthropicProvider:
         if events is not None:
             detail += f", after {events} stream events"
         retry_after = retry_after_seconds(exc.response.headers)
-        if status in (401, 403):
-            return ModelError(
-                f"{self.label} rejected the API key ({detail}); check Model.spec.apiKey "
-                f"(e.g. valueFrom.env: {API_KEY_ENV})",
-                code=ErrorCode.E_MODEL_AUTH,
-            )
-        if status == 429:
-            hint = f" (retry after {retry_after:g}s)" if retry_after is not None else ""
-            return ProviderError(
-                f"{self.label} is rate limiting{hint} ({detail})",
-                code=ErrorCode.E_MODEL_RATE_LIMITED,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if status == 408 or status >= 500:
-            state = "overloaded" if status == 529 else "unavailable"
-            return ProviderError(
-                f"{self.label} is {state} ({detail})",
-                code=ErrorCode.E_MODEL_UNAVAILABLE,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if is_context_overflow(status, error_type, shown):
-            return context_overflow(self.label, detail)
-        hint = ""
-        if status == 404:
-            hint = "; check Model.spec.model and Model.spec.endpoint"
-        elif status == 402:
-            hint = "; check the account's billing and credit balance"
-        return ModelError(
-            f"{self.label} rejected the request ({detail}){hint}",
-            code=ErrorCode.E_MODEL_BAD_REQUEST,
+        return status_error(
+            self.label,
+            status,
+            detail,
+            retry_after,
+            overflow=is_context_overflow(status, error_type, shown),
+            key_hint=f" (e.g. valueFrom.env: {API_KEY_ENV})",
+            hints={402: "; check the account's billing and credit balance"},
         )
 
 

@@ -45,15 +45,14 @@ from google.genai import errors, types
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
     ChunkCallback,
-    ProviderError,
     TextCallback,
-    context_overflow,
     headers_option,
     interrupted,
     is_context_overflow,
     is_transport_error,
     retry_after_seconds,
     root_cause,
+    status_error,
     unreachable,
 )
 from agentproc.providers.endpoints import PUBLIC_API
@@ -290,35 +289,15 @@ class GoogleProvider:
             detail += f", after {events} stream events"
         headers = getattr(getattr(exc, "response", None), "headers", None)
         retry_after = retry_after_seconds(headers) if headers is not None else None
-        # Gemini answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID).
-        bad_key = status == 400 and "API key" in shown
-        if status in (401, 403) or bad_key:
-            return ModelError(
-                f"{self.label} rejected the API key ({detail}); check Model.spec.apiKey "
-                f"(e.g. valueFrom.env: {API_KEY_ENV})",
-                code=ErrorCode.E_MODEL_AUTH,
-            )
-        if status == 429:
-            hint = f" (retry after {retry_after:g}s)" if retry_after is not None else ""
-            return ProviderError(
-                f"{self.label} is rate limiting{hint} ({detail})",
-                code=ErrorCode.E_MODEL_RATE_LIMITED,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if status == 408 or status >= 500:
-            return ProviderError(
-                f"{self.label} is unavailable ({detail})",
-                code=ErrorCode.E_MODEL_UNAVAILABLE,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if is_context_overflow(status, exc.status, shown):
-            return context_overflow(self.label, detail)
-        hint = "; check Model.spec.model and Model.spec.endpoint" if status == 404 else ""
-        return ModelError(
-            f"{self.label} rejected the request ({detail}){hint}",
-            code=ErrorCode.E_MODEL_BAD_REQUEST,
+        return status_error(
+            self.label,
+            status,
+            detail,
+            retry_after,
+            overflow=is_context_overflow(status, exc.status, shown),
+            key_hint=f" (e.g. valueFrom.env: {API_KEY_ENV})",
+            # Gemini answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID).
+            bad_key=status == 400 and "API key" in shown,
         )
 
 

@@ -32,8 +32,8 @@ import openai
 
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
+    NOT_FOUND_HINT,
     ChunkCallback,
-    ProviderError,
     TextCallback,
     close_quietly,
     context_overflow,
@@ -44,6 +44,7 @@ from agentproc.providers._common import (
     optional_str,
     retry_after_seconds,
     root_cause,
+    status_error,
     unreachable,
 )
 from agentproc.providers.endpoints import PUBLIC_API
@@ -273,37 +274,13 @@ class OpenAIProvider:
         status = exc.status_code
         detail = f"HTTP {status}: {_server_message(exc)}"
         retry_after = retry_after_seconds(exc.response.headers)
-        if status in (401, 403):
-            return ModelError(
-                f"{self._where()} rejected the API key ({detail}); check Model.spec.apiKey",
-                code=ErrorCode.E_MODEL_AUTH,
-            )
-        if status == 429:
-            hint = f" (retry after {retry_after:g}s)" if retry_after is not None else ""
-            return ProviderError(
-                f"{self._where()} is rate limiting{hint} ({detail})",
-                code=ErrorCode.E_MODEL_RATE_LIMITED,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if status == 408 or status >= 500:
-            return ProviderError(
-                f"{self._where()} is unavailable ({detail})",
-                code=ErrorCode.E_MODEL_UNAVAILABLE,
-                retryable=True,
-                retry_after=retry_after,
-            )
-        if is_context_overflow(status, exc.body, detail):
-            return context_overflow(self._where(), detail)
-        hint = ""
-        if status == 404:
-            hint = (
-                "; check Model.spec.model and Model.spec.endpoint (OpenAI-compatible servers "
-                "usually serve under /v1)"
-            )
-        return ModelError(
-            f"{self._where()} rejected the request ({detail}){hint}",
-            code=ErrorCode.E_MODEL_BAD_REQUEST,
+        return status_error(
+            self._where(),
+            status,
+            detail,
+            retry_after,
+            overflow=is_context_overflow(status, exc.body, detail),
+            hints={404: NOT_FOUND_HINT + " (OpenAI-compatible servers usually serve under /v1)"},
         )
 
 
