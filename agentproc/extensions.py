@@ -29,15 +29,15 @@ from agentproc.tool_registry import (
     import_entry_module,
     make_entry,
 )
-from goondan.bundle import Bundle, ObjectRef, RefItem, Resource
+from goondan.bundle import Bundle, RefItem, Resource
+from goondan.bundle.bundle import REQUIRED_TOOLS_GUARD
 from goondan.bundle.model import AgentSpec, ExtensionSpec
 from goondan.extensions import ExtensionConfigError
 from goondan.tools import ToolCatalogItem, ToolHandler
 from ipc.error_codes import ErrorCode
 from ipc.tasks import TaskSet
 
-BASE_PACKAGE = "@goondan/base"
-GUARD = "required-tools-guard"
+_GUARD = (REQUIRED_TOOLS_GUARD.name, REQUIRED_TOOLS_GUARD.package)
 
 
 class ExtensionStartError(Exception):
@@ -216,29 +216,23 @@ class Planned(msgspec.Struct, frozen=True):
 
 
 def plan_extensions(bundle: Bundle, agent: Resource) -> list[Planned]:
-    """The agent's extensions in declared order with their merged config, plus the
-    required-tools guard that `spec.requiredTools` implies."""
+    """The agent's extensions (`Bundle.agent_extensions`: in declared order, plus the
+    required-tools guard that `spec.requiredTools` implies) with their merged config."""
     spec: AgentSpec = agent.spec
+    required = list(spec.required_tools)
     planned: list[Planned] = []
-    for item in spec.extensions:
-        resource = bundle.resolve(item.ref, agent.package)
+    for index, resource in enumerate(bundle.agent_extensions(agent)):
+        if index == len(spec.extensions):  # the implied guard, appended last
+            planned.append(Planned(resource, {"requiredTools": required, "mode": "all"}))
+            break
         ext_spec: ExtensionSpec = resource.spec
-        own = dict(item.config or {})
-        planned.append(Planned(resource, {**ext_spec.config, **own}, own))
-    if spec.required_tools:
-        required = list(spec.required_tools)
-        for index, plan in enumerate(planned):
-            if plan.resource.name == GUARD and plan.resource.package == BASE_PACKAGE:
-                merged = [*_str_list(plan.config.get("requiredTools")), *required]
-                tools = list(dict.fromkeys(merged))
-                mode = plan.own_config.get("mode", "all")  # spec.requiredTools: each of them
-                config = {**plan.config, "mode": mode, "requiredTools": tools}
-                planned[index] = Planned(plan.resource, config, plan.own_config)
-                break
-        else:
-            guard = bundle.find(ObjectRef("Extension", GUARD, BASE_PACKAGE))
-            if guard is not None:
-                planned.append(Planned(guard, {"requiredTools": required, "mode": "all"}))
+        own = dict(spec.extensions[index].config or {})
+        config = {**ext_spec.config, **own}
+        if required and (resource.name, resource.package) == _GUARD:
+            merged = [*_str_list(config.get("requiredTools")), *required]
+            mode = own.get("mode", "all")  # spec.requiredTools: each of them
+            config = {**config, "mode": mode, "requiredTools": list(dict.fromkeys(merged))}
+        planned.append(Planned(resource, config, own))
     return planned
 
 
