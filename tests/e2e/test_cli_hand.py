@@ -256,11 +256,13 @@ def test_ctrl_c_typed_into_an_interactive_send(
     wait_tool_called(state_root)
     tmux("send-keys", "-t", "t", "C-c")
 
-    def dead() -> bool:
-        return tmux("display-message", "-p", "-t", "t", "#{pane_dead}").strip() == "1"
+    def exit_status() -> str:
+        # tmux marks the pane dead on EOF from the pty, which can come before it has reaped
+        # the child: wait for the exit status (or the killing signal) itself.
+        return tmux("display-message", "-p", "-t", "t", "#{pane_dead_status}#{pane_dead_signal}")
 
     try:
-        wait_for(dead, timeout=30)
+        wait_for(lambda: exit_status().strip() != "", timeout=30)
     except AssertionError:
         raise AssertionError(tmux("capture-pane", "-p", "-t", "t", "-S", "-100")) from None
     status = tmux("display-message", "-p", "-t", "t", "#{pane_dead_status}").strip()
