@@ -41,6 +41,7 @@ from ipc.error_codes import ErrorCode
 
 ACK_TIMEOUT_S = 10.0  # the orchestrator journals (fsync) and routes; it answers in milliseconds
 DEFAULT_REPLY_TIMEOUT_S = 300.0
+CANCEL_TIMEOUT_S = 30.0  # the agents stop their turns and settle their tool calls first
 REDACTED = "[redacted]"
 # Secrets shorter than this are redacted only where a whole logged value equals them: replacing
 # every "ab" inside every log line would destroy the logs and still protect nothing real.
@@ -116,6 +117,7 @@ class Reply:
     agent: str
     instance_key: str | None
     correlation_id: str
+    trace_id: str = ""
 
 
 class PendingReply:
@@ -140,7 +142,9 @@ class PendingReply:
         if result.status != "ok":
             error = result.error or wire.ErrorInfo(ErrorCode.E_REPLY_FAILED, "the turn failed")
             raise ReplyFailed(f"{result.target or 'the agent'}: {error.message}", error.code)
-        return Reply(result.response or "", result.target, result.instance_key, cid)
+        return Reply(
+            result.response or "", result.target, result.instance_key, cid, self.ack.trace_id
+        )
 
 
 # -- events ------------------------------------------------------------------------------------
@@ -273,6 +277,7 @@ class ConnectorContext:
         self._counter = itertools.count(1)
         self._acks: dict[str, asyncio.Future[wire.EventAck]] = {}
         self._results: dict[str, asyncio.Future[wire.DelegateResult]] = {}
+        self._cancels: dict[str, asyncio.Future[wire.Cancelled]] = {}
 
     async def emit(
         self,
@@ -330,6 +335,35 @@ class ConnectorContext:
             name, text=text, instance_key=instance_key, properties=properties, message=message
         )
         return await pending.reply(timeout_s)
+
+    async def cancel(self, trace_id: str, timeout_s: float = CANCEL_TIMEOUT_S) -> int:
+        """Cancel the running turns of a trace that this connection's events started (the
+        `traceId` of an `Ack` or `Reply`), down the delegation chain; return how many stopped
+        (0 when the trace is finished, unknown, or another connection's). Raises
+        `ConnectorError` when the orchestrator does not answer within `timeout_s`."""
+        cid = f"{self._prefix}-{next(self._counter)}"
+        future: asyncio.Future[wire.Cancelled] = asyncio.get_running_loop().create_future()
+        self._cancels[cid] = future
+        try:
+            self._send(
+                wire.encode(
+                    wire.TRACE_CANCEL,
+                    self.identity,
+                    wire.ORCHESTRATOR,
+                    wire.TraceCancel(trace_id),
+                    correlation_id=cid,
+                )
+            )
+            try:
+                cancelled = await asyncio.wait_for(future, timeout_s)
+            except TimeoutError:
+                raise ConnectorError(
+                    f"the orchestrator did not answer a cancel within {timeout_s:g} s",
+                    ErrorCode.E_TIMEOUT,
+                ) from None
+        finally:
+            self._cancels.pop(cid, None)
+        return len(cancelled.turns)
 
     async def sleep(self, seconds: float) -> bool:
         """Sleep, but wake when the connector is asked to stop: True if the time passed."""
@@ -399,8 +433,8 @@ class ConnectorContext:
         return Ack(cid, trace_id, ack.agent, ack.instance_key or event.instance_key), result_future
 
     def handle(self, env: wire.Envelope) -> bool:
-        """Take an `event_ack` or `delegate_result` addressed to this context; False for any
-        other type. Raises `wire.MalformedFrame` for a bad payload."""
+        """Take an `event_ack`, `delegate_result` or `trace_cancelled` addressed to this
+        context; False for any other type. Raises `wire.MalformedFrame` for a bad payload."""
         if env.type == wire.EVENT_ACK:
             ack = wire.decode_payload(env, wire.EventAck)
             future: asyncio.Future[Any] | None = self._acks.get(env.correlation_id or "")
@@ -408,6 +442,9 @@ class ConnectorContext:
         elif env.type == wire.DELEGATE_RESULT:
             value = wire.decode_payload(env, wire.DelegateResult)
             future = self._results.get(env.correlation_id or "")
+        elif env.type == wire.TRACE_CANCELLED:
+            value = wire.decode_payload(env, wire.Cancelled)
+            future = self._cancels.get(env.correlation_id or "")
         else:
             return False
         if future is None or future.done():

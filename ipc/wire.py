@@ -33,6 +33,8 @@ CONTROL: Final = "control"  # a command: CLI or agent -> orchestrator, orchestra
 CONTROL_REPLY: Final = "control_reply"
 APPROVAL_REQUEST: Final = "approval_request"  # agent -> orchestrator: a call waits for a human
 APPROVAL_DECISION: Final = "approval_decision"  # orchestrator -> agent: approved, denied...
+TRACE_CANCEL: Final = "trace_cancel"  # connector -> orchestrator: cancel a trace it started
+TRACE_CANCELLED: Final = "trace_cancelled"  # orchestrator -> connector: what that stopped
 
 ORCHESTRATOR: Final = "orchestrator"  # the `to`/`from` name of the broker itself
 
@@ -253,6 +255,13 @@ class TurnCancelArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="ca
     instance_key: str | None = None
     trace_id: str | None = None
     request_id: str | None = None
+
+
+class TraceCancel(msgspec.Struct, frozen=True, rename="camel"):
+    """`trace_cancel` (connector -> orchestrator): cancel the turns of a trace that this
+    connection's own events started (a webhook caller cancelling its request)."""
+
+    trace_id: str
 
 
 class ApprovalsArgs(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -484,6 +493,8 @@ MessageTag = Literal[
     "control_reply",
     "approval_request",
     "approval_decision",
+    "trace_cancel",
+    "trace_cancelled",
 ]
 
 
@@ -522,6 +533,8 @@ MESSAGES: Final[dict[str, MessageType]] = {
         MessageType(CONTROL_REPLY, ControlReply, sent_by=_AGENT, received_by=_AGENT),
         MessageType(APPROVAL_REQUEST, ApprovalRequest, sent_by=_AGENT),
         MessageType(APPROVAL_DECISION, ApprovalDecision, received_by=_AGENT),
+        MessageType(TRACE_CANCEL, TraceCancel, sent_by=_CONNECTOR),
+        MessageType(TRACE_CANCELLED, Cancelled, received_by=_CONNECTOR),
     )
 }
 """Every message type of agents.sock (control.sock carries `delegate` and `control` from a

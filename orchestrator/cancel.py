@@ -1,16 +1,18 @@
 """`goondan cancel`: stop running turns, and the turns they wait on, down the chain.
 
-The orchestrator asks each agent that may run a matching turn to cancel it (`turn.cancel`).
-A cancelled turn answers its requester with `E_TURN_CANCELLED` like any answer, so the request
-is settled (and journaled as done). The delegations a cancelled turn was waiting on are the
-requests in flight from that agent with the same trace id: their targets are asked to cancel
-those requests by id, and so on down the chain.
+The orchestrator asks each agent that may run a matching turn to cancel it (`turn.cancel`),
+and answers itself the matching requests still waiting for an agent's process. A cancelled
+turn answers its requester with `E_TURN_CANCELLED` like any answer, so the request is settled
+(and journaled as done). The delegations a cancelled turn was waiting on are the requests in
+flight from that agent with the same trace id: their targets are asked to cancel those
+requests by id, and so on down the chain. A connector may cancel only the traces its own
+events started (`trace_cancel`, the webhook's `POST {PATH}/cancel`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -22,14 +24,17 @@ from orchestrator.router import Router
 async def cancel_turns(
     args: wire.TurnCancelArgs,
     agents: Iterable[str],
+    ready: Callable[[str], bool],
     router: Router,
     calls: AgentCalls,
     timeout_s: float,
 ) -> list[wire.CancelledTurn]:
-    """Cancel what `args` matches on `agents`, then what those turns wait on."""
+    """Cancel what `args` matches on `agents` (asking those that are `ready`), then what those
+    turns wait on."""
     log = structlog.get_logger().bind(component="cancel")
-    cancelled: list[wire.CancelledTurn] = []
-    asks = [(agent, args) for agent in agents]
+    names = list(agents)
+    cancelled = router.cancel_waiting(names, args.instance_key, args.trace_id)
+    asks = [(agent, args) for agent in names if ready(agent)]
     asked: set[str] = set()  # request ids already asked for
     while asks:
         replies = await asyncio.gather(
@@ -54,5 +59,9 @@ async def cancel_turns(
                     and pending.oid not in asked
                 ):
                     asked.add(pending.oid)
-                    asks.append((pending.target, wire.TurnCancelArgs(request_id=pending.oid)))
+                    waiting = router.cancel_undelivered(pending.oid)
+                    if waiting is not None:
+                        cancelled.append(waiting)
+                    else:
+                        asks.append((pending.target, wire.TurnCancelArgs(request_id=pending.oid)))
     return cancelled

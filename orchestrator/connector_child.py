@@ -94,6 +94,7 @@ class ConnectorProcess:
         return {
             wire.EVENT_ACK: self._on_answer,
             wire.DELEGATE_RESULT: self._on_answer,
+            wire.TRACE_CANCELLED: self._on_answer,
             wire.SHUTDOWN: self._on_shutdown,
         }
 
@@ -112,7 +113,7 @@ class ConnectorProcess:
                 self.log.exception("failed to handle a frame")
 
     def _on_answer(self, env: wire.Envelope) -> None:
-        self.ctx.handle(env)  # the event's ack, or the answer it asked for
+        self.ctx.handle(env)  # the event's ack, the answer it asked for, a cancel's outcome
 
     def _on_shutdown(self, env: wire.Envelope) -> None:
         self._shutdown = wire.decode_payload(env, wire.Shutdown)

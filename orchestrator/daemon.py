@@ -567,6 +567,7 @@ class Daemon:
             wire.RESTART_REQUEST: self._on_restart_request,
             wire.SHUTDOWN_ACK: self._on_shutdown_ack,
             wire.APPROVAL_REQUEST: self._on_approval_request,
+            wire.TRACE_CANCEL: self._on_trace_cancel,
         }
         return {kind: {t: handlers[t] for t in sends} for kind, sends in SENDS.items()}
 
@@ -664,6 +665,33 @@ class Daemon:
         self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
     ) -> None:
         self.approvals.request(name, wire.decode_payload(env, wire.ApprovalRequest))
+
+    def _on_trace_cancel(
+        self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
+    ) -> None:
+        trace_id = wire.decode_payload(env, wire.TraceCancel).trace_id
+        self._tasks.spawn(
+            self._cancel_trace_for(name, identity, env.correlation_id, trace_id),
+            name="cancel asked by a connector",
+        )
+
+    async def _cancel_trace_for(
+        self, name: str, identity: bytes, correlation_id: str | None, trace_id: str
+    ) -> None:
+        """A connector may cancel only a trace that one of its own events started and that
+        is still open: a webhook caller cannot reach other callers' turns."""
+        turns: list[wire.CancelledTurn] = []
+        if self.router.started(Requester("connector", identity, None), trace_id):
+            turns = await self._cancel(wire.TurnCancelArgs(trace_id=trace_id), self.agent_names)
+            self._log.info("cancel requested by a connector", connection=name, cancelled=len(turns))
+        answer = wire.encode(
+            wire.TRACE_CANCELLED,
+            wire.ORCHESTRATOR,
+            name,
+            wire.Cancelled(turns),
+            correlation_id=correlation_id,
+        )
+        self._send_to_peer(identity, answer)
 
     def _on_shutdown_ack(
         self, name: str, identity: bytes, env: wire.Envelope, frame: bytes
@@ -858,15 +886,21 @@ class Daemon:
                 ErrorCode.E_BAD_REQUEST, "say which turns: --agent, --instance, --trace or --all"
             )
         names = [args.agent] if args.agent is not None else self.agent_names
-        turns = await cancel_turns(
-            wire.TurnCancelArgs(args.instance_key, args.trace_id),
-            [n for n in names if self.supervisor.is_ready(n)],
+        turns = await self._cancel(wire.TurnCancelArgs(args.instance_key, args.trace_id), names)
+        self._log.info("cancel requested by the control socket", cancelled=len(turns))
+        return wire.Cancelled(turns)
+
+    async def _cancel(
+        self, args: wire.TurnCancelArgs, names: list[str]
+    ) -> list[wire.CancelledTurn]:
+        return await cancel_turns(
+            args,
+            names,
+            self.supervisor.is_ready,
             self.router,
             self.agent_calls,
             self.settings.daemon.instance_drop_timeout_s,
         )
-        self._log.info("cancel requested by the control socket", cancelled=len(turns))
-        return wire.Cancelled(turns)
 
     def status(self) -> wire.Status:
         return wire.Status(

@@ -36,6 +36,16 @@ class Requester(msgspec.Struct, frozen=True):
     correlation_id: str | None
 
 
+class _Keyed(msgspec.Struct, frozen=True, rename="camel"):
+    """The instance key of a `Delegate` payload, for cancelling by instance."""
+
+    instance_key: str = ""
+
+
+def _instance_key(pending: InFlight) -> str:
+    return wire.decode_payload(wire.decode(pending.frame), _Keyed).instance_key
+
+
 class Outbox(Protocol):
     def to_agent(self, name: str, frame: bytes) -> bool:
         """Send to a running agent; False when it cannot be routed (the process is gone)."""
@@ -276,6 +286,51 @@ class Router:
     def fail_all(self, error_code: str, message: str) -> None:
         for name in self.agents:
             self.fail_waiting(name, error_code, message)
+
+    def cancel_waiting(
+        self, names: list[str], instance_key: str | None, trace_id: str | None
+    ) -> list[wire.CancelledTurn]:
+        """Cancel the requests for `names` that no process has yet (waiting in an inbox while
+        their agent starts or restarts) and match both filters."""
+        cancelled: list[wire.CancelledTurn] = []
+        for name in names:
+            for oid in list(self._by_target.get(name, ())):
+                pending = self.pending[oid]
+                if pending.delivered or (trace_id is not None and pending.trace_id != trace_id):
+                    continue
+                if instance_key is not None and _instance_key(pending) != instance_key:
+                    continue
+                turn = self.cancel_undelivered(oid)
+                if turn is not None:
+                    cancelled.append(turn)
+        return cancelled
+
+    def cancel_undelivered(self, oid: str) -> wire.CancelledTurn | None:
+        """Answer a request still waiting for its agent's process with `E_TURN_CANCELLED`
+        (it is skipped when the agent is ready); None if it is not such a request."""
+        pending = self.pending.get(oid)
+        if pending is None or pending.delivered:
+            return None
+        self._finish(oid)
+        self._answer_error(
+            pending.requester,
+            pending.target,
+            ErrorCode.E_TURN_CANCELLED,
+            "The request was cancelled before its turn began.",
+            pending.trace_id,
+        )
+        trace_id = pending.trace_id or ""
+        return wire.CancelledTurn(pending.target, _instance_key(pending), trace_id, oid)
+
+    def started(self, requester: Requester, trace_id: str) -> bool:
+        """Whether a request of `trace_id` that `requester` (its channel and identity) made is
+        still open: what a connector may cancel."""
+        return any(
+            p.trace_id == trace_id
+            and p.requester.channel == requester.channel
+            and p.requester.identity == requester.identity
+            for p in self.pending.values()
+        )
 
     def in_flight(self, name: str) -> int:
         return len(self._by_target.get(name, ()))

@@ -148,9 +148,11 @@ async def serve_post(
     default_port: int,
     port_keys: tuple[str, ...] = ("PORT",),
     path_keys: tuple[str, ...] = ("PATH",),
+    subpaths: tuple[str, ...] = (),
 ) -> None:
-    """Serve POST requests on config HOST (127.0.0.1) / PORT / PATH until the connector is
-    asked to stop; `handle(request, raw_body)` answers them. Other paths get 404, other
+    """Serve POST requests on config HOST (127.0.0.1) / PORT / PATH (and PATH + each of
+    `subpaths`) until the connector is asked to stop; `handle(request, raw_body)` answers
+    them. Other paths get 404, other
     methods 405, an exception in `handle` 500 (logged). A body larger than MAX_BODY_BYTES gets
     413, one that has not arrived within BODY_TIMEOUT_SECONDS 408; either way the connection is
     closed, so a slow or endless sender holds nothing open."""
@@ -161,9 +163,10 @@ async def serve_post(
     if port > 65535:
         raise ConnectorConfigError(f"config {port_keys[0]} must be a TCP port, got {port}")
     path = normalize_path(setting(ctx, *path_keys))
+    served = {path, *(normalize_path(path.rstrip("/") + sub) for sub in subpaths)}
 
     async def dispatch(request: web.Request) -> web.StreamResponse:
-        if normalize_path(request.path) != path:
+        if normalize_path(request.path) not in served:
             return web.Response(status=404, text="Not Found")
         if request.method != "POST":
             return web.Response(status=405, text="Method Not Allowed", headers={"Allow": "POST"})

@@ -16,8 +16,15 @@ Secrets: SIGNING_SECRET, WEBHOOK_SECRET (or upstream's signingSecret). With a se
 without a valid signature, or whose signed timestamp is further from now than the tolerance,
 gets 401 and emits nothing; a signature already taken within the window gets 409 (a replay).
 
-Answers: 202 `{"accepted": true, "agent", "instanceKey"}` once the event is journaled;
-with `wait: true` (or `?wait=1`) 200 `{"reply": "...", "agent", "instanceKey"}`. 400 for a bad
+Answers: 202 `{"accepted": true, "agent", "instanceKey", "traceId"}` once the event is
+journaled; with `wait: true` (or `?wait=1`) 200 `{"reply": "...", "agent", "instanceKey",
+"traceId"}`.
+
+    POST {PATH}/cancel   {"traceId": "<32 hex>"}    (signed as any request)
+
+cancels the running turns of a trace that this webhook started, down the delegation chain:
+200 `{"cancelled": N, "traceId"}` (0 when it already finished or is not this webhook's).
+A caller waiting on it gets 502 with `E_TURN_CANCELLED`. 400 for a bad
 body, 401 bad signature or stale timestamp, 408 body too slow, 409 replay, 413 body too
 large, 422 refused, 502 the turn failed, 503 orchestrator not answering, 504 no reply in time.
 """
@@ -33,6 +40,7 @@ from base_tools.connectors._common import (
     hmac_sha256_hex,
     int_setting,
     json_error,
+    normalize_path,
     parse_object,
     same,
     secret,
@@ -45,6 +53,7 @@ from base_tools.connectors._replay import TOLERANCE_S, ReplayGuard
 from goondan import (
     ConnectorConfigError,
     ConnectorContext,
+    ConnectorError,
     ErrorCode,
     EventNotAcknowledged,
     EventRefused,
@@ -57,6 +66,7 @@ DEFAULT_EVENT = "webhook_message"
 DEFAULT_INSTANCE_KEY = "webhook:default"
 SIGNATURE_HEADERS = ("X-Signature-256", "X-Hub-Signature-256", "X-Webhook-Signature")
 TIMESTAMP_HEADER = "X-Webhook-Timestamp"
+CANCEL_PATH = "/cancel"
 SECRET_KEYS = ("SIGNING_SECRET", "WEBHOOK_SECRET", "signingSecret")
 
 
@@ -110,7 +120,7 @@ async def main(ctx: ConnectorContext) -> None:
 
     async def handle(request: web.Request, body: bytes) -> web.StreamResponse:
         if signing_secret is None:
-            return await emit(request, body)
+            return await answer(request, body)
         signature = next(
             (request.headers[h] for h in SIGNATURE_HEADERS if h in request.headers), None
         )
@@ -136,13 +146,31 @@ async def main(ctx: ConnectorContext) -> None:
             ctx.logger.warning("[webhook] replayed request refused")
             return json_error(409, ErrorCode.E_REPLAYED, "this signed request was already taken")
         try:
-            response = await emit(request, body)
+            response = await answer(request, body)
         except BaseException:
             replays.release(key)
             raise
         if response.status in (400, 503):  # nothing was accepted: the sender may retry
             replays.release(key)
         return response
+
+    async def answer(request: web.Request, body: bytes) -> web.StreamResponse:
+        if normalize_path(request.path).endswith(CANCEL_PATH):
+            return await cancel(body)
+        return await emit(request, body)
+
+    async def cancel(body: bytes) -> web.StreamResponse:
+        payload = parse_object(body)
+        trace_id = text_field(payload, "traceId") if payload is not None else None
+        if not trace_id:
+            return json_error(
+                400, ErrorCode.E_BAD_PAYLOAD, 'the body must be {"traceId": "<the trace id>"}'
+            )
+        try:
+            cancelled = await ctx.cancel(trace_id)
+        except ConnectorError as exc:
+            return json_error(503, exc.code or ErrorCode.E_TIMEOUT, exc.message)
+        return web.json_response({"cancelled": cancelled, "traceId": trace_id})
 
     async def emit(request: web.Request, body: bytes) -> web.StreamResponse:
         payload = parse_object(body)
@@ -154,7 +182,12 @@ async def main(ctx: ConnectorContext) -> None:
             if not wait:
                 ack = await ctx.emit(**event)
                 return web.json_response(
-                    {"accepted": True, "agent": ack.agent, "instanceKey": ack.instance_key},
+                    {
+                        "accepted": True,
+                        "agent": ack.agent,
+                        "instanceKey": ack.instance_key,
+                        "traceId": ack.trace_id,
+                    },
                     status=202,
                 )
             reply = await ctx.request(**event, timeout_s=wait_timeout)
@@ -169,7 +202,12 @@ async def main(ctx: ConnectorContext) -> None:
         except ReplyTimeout as exc:
             return json_error(504, exc.code, exc.message)
         return web.json_response(
-            {"reply": reply.text, "agent": reply.agent, "instanceKey": reply.instance_key}
+            {
+                "reply": reply.text,
+                "agent": reply.agent,
+                "instanceKey": reply.instance_key,
+                "traceId": reply.trace_id,
+            }
         )
 
-    await serve_post(ctx, handle, name="webhook", default_port=8080)
+    await serve_post(ctx, handle, name="webhook", default_port=8080, subpaths=(CANCEL_PATH,))

@@ -4,11 +4,17 @@ dangling tool call, and the requester hears E_TURN_CANCELLED."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import random
 import signal
+import socket
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +345,176 @@ def test_a_queued_request_is_cancelled_before_its_turn(swarm, state_root):
     messages = conversation(state_root, "front", "q")
     assert not any("are you there" in (m.content or "") for m in messages)  # never ran
     assert_cancelled_cleanly(messages)
+
+
+# -- requests no process holds yet, and the webhook ------------------------------------------
+
+GATED_IMPORT = """\
+import time
+from pathlib import Path
+
+# The agent is not ready until the test opens the gate: requests wait in its inbox.
+while not Path(%r).exists():
+    time.sleep(0.05)
+
+def run(ctx, args):
+    return {}
+
+handlers = {"run": run}
+"""
+
+GATED_AGENT = """\
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {{name: gated}}
+spec:
+  entry: ./gated.py
+  exports: [{{name: run, description: loads slowly, parameters: {{type: object}}}}]
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {{name: late}}
+spec:
+  modelConfig: {{modelRef: Model/back-script}}
+  tools: [{{ref: Tool/gated}}]
+"""
+
+
+def test_a_request_waiting_for_its_agent_to_start_is_cancelled(start_daemon, tmp_path, state_root):
+    gate = tmp_path / "gate"
+    text = BUNDLE.format(marker=tmp_path / "unused", sleep=SLEEP) + GATED_AGENT.format()
+    text = text.replace(
+        "agents: [{ref: Agent/front}, {ref: Agent/back}]",
+        "agents: [{ref: Agent/front}, {ref: Agent/back}, {ref: Agent/late}]",
+    )
+    bundle = write_bundle(
+        tmp_path / "b",
+        text,
+        {"slowa.py": SLOW_ASYNC, "slows.py": SLOW_SYNC % "x", "gated.py": GATED_IMPORT % str(gate)},
+    )
+    daemon = start_daemon(bundle)
+    proc = start_send(state_root, "async", "--agent", "late", "--instance", "w")
+    wait_for(lambda: daemon.process("late")["status"] == "spawning", timeout=30)
+    time.sleep(0.3)  # its request is in the inbox
+    done = cancel(daemon, "--agent", "late", "--json")
+    assert done.returncode == 0, done.stderr
+    [turn] = json.loads(done.stdout)
+    assert (turn["agent"], turn["instanceKey"]) == ("late", "w"), turn
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 1 and "E_TURN_CANCELLED" in err, err
+    gate.touch()  # the agent starts now: the cancelled request must not run
+    wait_for(lambda: daemon.process("late")["status"] == "idle", timeout=30)
+    assert daemon.send("async", "--agent", "late", "--instance", "w2", timeout=30).returncode == 0
+    started = [e for e in events(state_root, "late") if e["type"] == "turn.started"]
+    assert [e["instanceKey"] for e in started] == ["w2"], started
+
+
+WEBHOOK_SECRET = "cancel-test-secret"
+WEBHOOK_CONNECTION = """\
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {{name: http-in}}
+spec:
+  connectorRef: {{kind: Connector, name: webhook, package: "@goondan/base"}}
+  config:
+    PORT: {{value: "{port}"}}
+  secrets:
+    SIGNING_SECRET: {{valueFrom: {{env: WEBHOOK_SECRET}}}}
+  ingress:
+    rules:
+      - route: {{}}
+"""
+
+
+def post(port: int, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    data = json.dumps(body).encode()
+    timestamp = str(int(time.time()))
+    digest = hmac.new(
+        WEBHOOK_SECRET.encode(), f"{timestamp}.".encode() + data, hashlib.sha256
+    ).hexdigest()
+    headers = {
+        "Content-Type": "application/json",
+        "X-Webhook-Timestamp": timestamp,
+        "X-Signature-256": f"sha256={digest}",
+    }
+    url = f"http://127.0.0.1:{port}{path}"
+    request = urllib.request.Request(url, data, headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=40) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+@pytest.fixture
+def webhook_swarm(start_daemon, tmp_path: Path) -> tuple[Daemon, int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    text = BUNDLE.format(marker=tmp_path / "unused", sleep=SLEEP) + WEBHOOK_CONNECTION.format(
+        port=port
+    )
+    files = {"slowa.py": SLOW_ASYNC, "slows.py": SLOW_SYNC % str(tmp_path / "sync")}
+    daemon = start_daemon(
+        write_bundle(tmp_path / "b", text, files), env={"WEBHOOK_SECRET": WEBHOOK_SECRET}
+    )
+    wait_for(lambda: daemon.process("http-in")["status"] == "idle", timeout=30)
+    return daemon, port
+
+
+def test_the_webhook_cancels_a_trace_it_started(webhook_swarm, state_root):
+    daemon, port = webhook_swarm
+    status, accepted = post(port, "/", {"text": "delegate", "instanceKey": "hook"})
+    assert status == 202, accepted
+    trace = accepted["traceId"]
+    wait_event(state_root, "back", "tool.called")
+    status, body = post(port, "/cancel", {"traceId": trace})
+    assert (status, body) == (200, {"cancelled": 2, "traceId": trace})
+
+    def ended_cancelled(agent: str) -> bool:
+        return any(
+            e["type"] == "turn.failed"
+            and e["traceId"] == trace
+            and e["data"].get("errorCode") == "E_TURN_CANCELLED"
+            for e in events(state_root, agent)
+        )
+
+    wait_for(lambda: ended_cancelled("front") and ended_cancelled("back"), timeout=20)
+    assert_cancelled_cleanly(conversation(state_root, "front", "hook"))
+    # Done: nothing more to cancel under that trace. (A second later: the same signed body
+    # within the same second is a replay, refused with 409.)
+    time.sleep(1.1)
+    assert post(port, "/cancel", {"traceId": trace}) == (200, {"cancelled": 0, "traceId": trace})
+
+
+def test_the_webhook_cannot_cancel_a_turn_it_did_not_start(webhook_swarm, state_root):
+    daemon, port = webhook_swarm
+    proc = start_send(state_root, "async", "--instance", "cli-only")
+    wait_event(state_root, "front", "tool.called")
+    trace = next(e["traceId"] for e in events(state_root, "front") if e["type"] == "tool.called")
+    assert post(port, "/cancel", {"traceId": trace}) == (200, {"cancelled": 0, "traceId": trace})
+    assert post(port, "/cancel", {"trace": trace})[0] == 400
+    time.sleep(0.5)
+    assert proc.poll() is None  # the CLI's turn runs on
+    assert cancel(daemon, "--trace", trace).returncode == 0
+    _, err = proc.communicate(timeout=20)
+    assert "E_TURN_CANCELLED" in err
+
+
+def test_a_caller_waiting_on_the_webhook_hears_its_cancel(webhook_swarm, state_root):
+    daemon, port = webhook_swarm
+    answers: list[tuple[int, dict[str, Any]]] = []
+    waiter = threading.Thread(
+        target=lambda: answers.append(
+            post(port, "/", {"text": "async", "instanceKey": "waiting", "wait": True})
+        )
+    )
+    waiter.start()
+    wait_event(state_root, "front", "tool.called")
+    trace = next(e["traceId"] for e in events(state_root, "front") if e["type"] == "tool.called")
+    assert post(port, "/cancel", {"traceId": trace}) == (200, {"cancelled": 1, "traceId": trace})
+    waiter.join(timeout=30)
+    [(status, body)] = answers
+    assert status == 502 and body["error"]["code"] == "E_TURN_CANCELLED", body
