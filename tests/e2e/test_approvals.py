@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import select
+import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +31,13 @@ handlers = {"run": run}
 
 
 def approval_bundle(
-    directory: Path, *, timeout_s: float | None = None, turn_s: float | None = None
+    directory: Path,
+    *,
+    timeout_s: float | None = None,
+    turn_s: float | None = None,
+    agent_requires: str = '["act__*"]',
 ) -> Path:
-    policy = '        requireApproval: ["act__*"]\n'
+    policy = f"        requireApproval: {agent_requires}\n"
     if timeout_s is not None:
         policy += f"        approvalTimeoutSeconds: {timeout_s}\n"
     yaml_text = (
@@ -302,3 +308,42 @@ def test_a_cancelled_turn_withdraws_its_approval(start_daemon, tmp_path):
     refused = daemon.cli("approve", row["id"])
     assert refused.returncode == 1 and "E_APPROVAL_NOT_FOUND" in refused.stderr
     assert not marker.exists()
+
+
+CONNECTION = """\
+---
+apiVersion: goondan.ai/v1
+kind: Connection
+metadata: {name: http-in}
+spec:
+  connectorRef: {kind: Connector, name: webhook, package: "@goondan/base"}
+  config: {PORT: {value: "%d"}}
+  toolPolicy: {requireApproval: ["act__*"]}
+  ingress: {rules: [{route: {}}]}
+"""
+
+
+def test_a_connection_requires_approval_for_its_turns_only(start_daemon, tmp_path):
+    """The Connection's `requireApproval` narrows the agent's policy for the turns its events
+    start; the same agent reached from the CLI runs the call at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    bundle = approval_bundle(tmp_path / "b", agent_requires="[]")
+    main = bundle / "goondan.yaml"
+    main.write_text(main.read_text() + CONNECTION % port)
+    marker = tmp_path / "marker"
+    daemon = start_daemon(bundle, env={"ACT_MARKER": str(marker)})
+    wait_for(lambda: daemon.process("http-in")["status"] == "idle", timeout=30)
+    direct = daemon.send("do fromcli", "--instance", "c", timeout=30)
+    assert direct.returncode == 0 and "fromcli" in direct.stdout, direct.stderr
+    assert marker.read_text() == "fromcli"
+    body = json.dumps({"text": "do fromhook", "instanceKey": "h"}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/", body, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 202
+    [row] = waiting(daemon)
+    assert (row["instanceKey"], row["args"]) == ("h", {"what": "fromhook"}), row
+    assert marker.read_text() == "fromcli"  # the webhook's call waits
+    assert daemon.cli("approve", row["id"]).returncode == 0
+    wait_for(lambda: marker.read_text() == "fromhook", timeout=30)
