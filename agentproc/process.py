@@ -384,6 +384,10 @@ class AgentProcess:
             self.log.info("replayed request already answered", requestId=job.request_id)
             self._reply(job, wire.DelegateResult("ok", self.name, replay.answer, instance_key=key))
             return
+        if replay is not None and replay.superseded:
+            self.log.info(
+                "replayed request runs again: other turns followed it", requestId=job.request_id
+            )
         runtime = TurnRuntime(
             self.peers,
             instance_key=key,
@@ -415,7 +419,9 @@ class AgentProcess:
                 turn_input,
                 runtime,
                 instance.workdir,
-                resume=replay is not None,
+                # A turn others have followed since is run again from its input: resuming it
+                # would continue after their messages, not its own.
+                resume=replay is not None and not replay.superseded,
                 updates=self._updates_for(job),
                 cancel=handle,
             )

@@ -136,9 +136,12 @@ class TurnInput(msgspec.Struct, frozen=True):
 
 
 class Replay(msgspec.Struct, frozen=True):
-    """A request seen before: its turn's final answer, or None if the turn never finished."""
+    """A request seen before: its turn's final answer, or None if the turn never finished.
+    `superseded`: unfinished, and other requests' turns came after it (the instance went on
+    while this one waited for its redelivery), so it cannot resume where it stopped."""
 
     answer: str | None
+    superseded: bool = False
 
 
 def find_request(conversation: Conversation, request_id: str) -> Replay | None:
@@ -151,7 +154,11 @@ def find_request(conversation: Conversation, request_id: str) -> Replay | None:
     last = turn[-1] if turn else None
     if last is not None and last.role == "assistant" and not last.tool_calls:
         return Replay(last.content or "")
-    return Replay(None)
+    later = any(
+        m.role == "user" and m.metadata.get("requestId") not in (None, request_id)
+        for m in rest[len(turn) :]
+    )
+    return Replay(None, superseded=later)
 
 
 class TurnCancel:

@@ -60,10 +60,14 @@ class Orchestrator:
             raise AssertionError(f"no {kind} from the agent within {timeout_s}s")
         return env
 
-    async def ask(self, key: str = "k", text: str = "ping") -> wire.DelegateResult:
-        self._asked += 1  # a new request each time: a repeated id is a redelivery
+    async def ask(
+        self, key: str = "k", text: str = "ping", request_id: str | None = None
+    ) -> wire.DelegateResult:
+        """A request, under a new id each time unless `request_id` names one (a redelivery)."""
+        self._asked += 1
+        cid = request_id or f"c{self._asked}"
         request = wire.Delegate(text, key, wire.Source("agent", "peer"))
-        frame = wire.encode(wire.DELEGATE, "peer", AGENT, request, correlation_id=f"c{self._asked}")
+        frame = wire.encode(wire.DELEGATE, "peer", AGENT, request, correlation_id=cid)
         self.router.send_multipart([AGENT.encode(), frame])
         env = await self.take(wire.DELEGATE_RESULT)
         return wire.decode_payload(env, wire.DelegateResult)
