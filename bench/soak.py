@@ -29,7 +29,13 @@ from typing import Any
 
 from bench import soak_attacks as attacks
 from bench import soak_report
-from bench.soak_bundle import AGENTS, read_ledger, write_bundle
+from bench.soak_bundle import (
+    AGENTS,
+    CoordinatorTurn,
+    coordinator_turns,
+    read_ledger,
+    write_bundle,
+)
 from bench.soak_daemon import SoakDaemon, StartFailed, disk_used_kib, largest_files, rss_kib
 from bench.soak_load import Clients
 
@@ -69,6 +75,7 @@ class Soak:
         self.filling = False
         self.fatal = ""
         self.disk_at_end: tuple[int, list[str]] = (0, [])
+        self.turns: dict[str, CoordinatorTurn] = {}  # read from the state root at the end
         self._last_agents: list[int] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()  # kills and restarts vs the hostile peers' thread
@@ -225,6 +232,7 @@ class Soak:
                     break
                 time.sleep(0.25)
             self.daemon.stop()
+            self.turns = coordinator_turns(self.daemon.state_root)
             self.disk_at_end = (
                 disk_used_kib(self.daemon.state_root),
                 largest_files(self.daemon.state_root),
@@ -237,6 +245,7 @@ class Soak:
             self.daemon.journal_ids,
             read_ledger(self.ledger),
             self.crash_times,
+            self.turns,
         )
         attacks_run = {name: self.attacks.get(name, 0) for name in RATES}
         attacks_run.update({k: v for k, v in self.attacks.items() if k not in RATES})

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import msgspec
 
+from agentproc.conversation import read_messages
+
 LEDGER_TOOL = '''"""Soak ledger: one line per turn that reached this tool (O_APPEND)."""
 
 import os
@@ -160,3 +162,37 @@ def read_ledger(ledger: Path) -> list[LedgerLine]:
 
 def expected_answer(request_id: str) -> str:
     return f"done {request_id}: recorded {request_id}"
+
+
+class CoordinatorTurn(msgspec.Struct):
+    """What a coordinator's stored conversation shows of one request's turn."""
+
+    answered: bool = False  # it ended with the coordinator's `done <id>: ...`
+    cut_short: bool = False  # its own `ledger__record` call got E_TOOL_INTERRUPTED
+    summary: str = ""  # role:text of each message, for a report's lost details
+
+
+def coordinator_turns(state_root: Path) -> dict[str, CoordinatorTurn]:
+    """Each request's turn as the coordinators' conversations store it (read after the run).
+    A crash can cut the coordinator's own `ledger__record` call short: on resume it is
+    answered `E_TOOL_INTERRUPTED` and not run again (a tool runs at most once), so the ledger
+    cannot show that turn, which still ends with the coordinator's answer."""
+    turns: dict[str, CoordinatorTurn] = {}
+    instances = state_root / "swarms" / "default" / "instances"
+    for directory in instances.glob("*/coordinator"):
+        messages = read_messages(directory)
+        ledger_calls = {
+            call.id for m in messages for call in m.tool_calls if call.name == "ledger__record"
+        }
+        turn = CoordinatorTurn()
+        for message in messages:
+            text = message.content or ""
+            if message.role == "user" and text.startswith("req "):
+                turn = turns.setdefault(text.removeprefix("req ").strip(), CoordinatorTurn())
+            calls = ",".join(call.name for call in message.tool_calls)
+            turn.summary += f"{message.role}:{calls or text[:60]} | "
+            if message.role == "tool" and "E_TOOL_INTERRUPTED" in text:
+                turn.cut_short |= message.tool_call_id in ledger_calls
+            if message.role == "assistant" and not message.tool_calls and text.startswith("done "):
+                turn.answered = True
+    return turns

@@ -61,7 +61,8 @@ class SoakDaemon:
         self.proc: subprocess.Popen[bytes] | None = None
         self.generation = Generation()
         self.starts = 0
-        self.journal_ids: set[str] = set()  # request ids any journal snapshot held
+        # request id -> the journal's id for it, for each input any journal snapshot held
+        self.journal_ids: dict[str, str] = {}
 
     @property
     def journal_file(self) -> Path:
@@ -78,7 +79,7 @@ class SoakDaemon:
         while time.monotonic() < deadline:
             with open(self.log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [*self._cli("run", str(self.bundle)), "--log-level", "warning"],
+                    [*self._cli("run", str(self.bundle)), "--log-level", "info"],
                     stdin=subprocess.DEVNULL,
                     stdout=subprocess.DEVNULL,
                     stderr=log,
@@ -185,7 +186,7 @@ class SoakDaemon:
     # -- the journal ---------------------------------------------------------------------------
 
     def snapshot_journal(self) -> set[str]:
-        """Request ids of the accepted inputs the journal holds now, added to `journal_ids`;
+        """Request ids of the accepted inputs the journal holds now, noted in `journal_ids`;
         returns the ones still open (accepted, not marked done)."""
         accepted: dict[str, str] = {}  # journal id -> request id
         done: set[str] = set()
@@ -208,7 +209,7 @@ class SoakDaemon:
                 found = _request_id_in(value)
                 if found is not None:
                     accepted[key] = found
-        self.journal_ids.update(accepted.values())
+        self.journal_ids.update({rid: key for key, rid in accepted.items()})
         return {rid for key, rid in accepted.items() if key not in done}
 
     def journal_correlation_ids(self) -> list[str]:

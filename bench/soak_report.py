@@ -5,7 +5,10 @@ snapshots and the ledger; then the table and the JSON file.
   journal snapshot held it, or the ledger shows a turn for it.
 - refused: answered with a typed refusal (`E_STORAGE`, `MESSAGE_TOO_LARGE`) and no turn ran.
 - answered: accepted, and a coordinator turn finished for it: the client got an `ok`
-  answer, or the ledger holds the coordinator's line (a replay after a restart finished it).
+  answer, or the ledger holds the coordinator's line (a replay after a restart finished it),
+  or the stored conversation shows the turn finished after a crash cut its own
+  `ledger__record` call short (`E_TOOL_INTERRUPTED`: tools run at most once, so that line is
+  never written; counted apart as `answeredAfterInterruptedTool`).
 - failed: accepted, not answered, but the client got a typed error (it was told).
 - lost: accepted and none of the above. Must be 0.
 - unacknowledged: the daemon died before the client got any answer and nothing shows it was
@@ -19,12 +22,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from bench.soak_bundle import LedgerLine
+from bench.soak_bundle import CoordinatorTurn, LedgerLine
 from bench.soak_load import REFUSAL_CODES, Request
 
 
@@ -33,6 +37,7 @@ class Fates(msgspec.Struct):
     accepted: int = 0
     answered: int = 0
     answered_by_replay: int = 0  # answered, though the client saw no answer
+    answered_after_interrupted_tool: int = 0  # its coordinator's ledger call was cut short
     refused: int = 0
     failed: int = 0
     lost: int = 0
@@ -56,10 +61,13 @@ class Fates(msgspec.Struct):
 
 def classify(
     requests: list[Request],
-    journal_ids: set[str],
+    journal_ids: Mapping[str, str],
     ledger: list[LedgerLine],
     crash_times: list[float],
+    turns: Mapping[str, CoordinatorTurn] | None = None,
 ) -> Fates:
+    """`turns`: what the coordinators' conversations show (`soak_bundle.coordinator_turns`)."""
+    turns = turns or {}
     fates = Fates(sent=len(requests))
     by_id: dict[str, list[LedgerLine]] = defaultdict(list)
     for line in ledger:
@@ -85,18 +93,24 @@ def classify(
         if req.outcome == "wrong" and len(fates.wrong_samples) < 5:
             fates.wrong_samples.append(f"{req.request_id}: {req.code}")
         fates.hung += req.outcome == "no_answer"
-        if req.outcome in ("ok", "forged", "wrong") or coordinator_done:
+        turn = turns.get(req.request_id)
+        cut_short = not coordinator_done and turn is not None and turn.answered and turn.cut_short
+        if req.outcome in ("ok", "forged", "wrong") or coordinator_done or cut_short:
             fates.answered += 1
             fates.answered_by_replay += not told
+            fates.answered_after_interrupted_tool += cut_short
         elif req.outcome == "error":
             fates.failed += 1
         else:
             fates.lost += 1
             fates.lost_ids.append(req.request_id)
             roles = ",".join(line.role for line in lines) or "empty"
-            journaled = "journaled" if req.request_id in journal_ids else "not in a snapshot"
+            journal_id = journal_ids.get(req.request_id)
+            journaled = f"journaled as {journal_id}" if journal_id else "not in a snapshot"
+            stored = turn.summary if turn is not None else "no turn stored"
             fates.lost_details.append(
-                f"{req.request_id}: client saw {req.outcome}, {journaled}, ledger {roles}"
+                f"{req.request_id}: client saw {req.outcome}, {journaled}, ledger {roles}; "
+                f"coordinator: {stored}"
             )
         if req.answers > 1:
             fates.duplicated_answers += 1
@@ -129,6 +143,7 @@ def render(report: dict[str, Any]) -> str:
         ("accepted", fates["accepted"]),
         ("answered once", fates["answered"] - fates["duplicatedAnswers"]),
         ("  of which finished by a replay", fates["answeredByReplay"]),
+        ("  of which its own tool call was cut short", fates["answeredAfterInterruptedTool"]),
         ("refused (typed: E_STORAGE, MESSAGE_TOO_LARGE)", fates["refused"]),
         ("failed (typed error answer)", fates["failed"]),
         ("unacknowledged (daemon died before journaling)", fates["unacknowledged"]),

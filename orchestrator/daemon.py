@@ -295,7 +295,13 @@ class Daemon:
             self._log.error("journaled input abandoned", requestId=request_id, code=code)
         self._replay_tries.pop(request_id, None)
         self._journal_done(request_id)
-        self._log.info("journaled input answered", agent=result.target, status=result.status)
+        self._log.info(
+            "journaled input answered",
+            requestId=request_id,
+            agent=result.target,
+            status=result.status,
+            code=code,
+        )
 
     def _settled(self, request: InFlight) -> None:
         # At shutdown, unanswered inputs stay in the journal for the next run. Replays settle

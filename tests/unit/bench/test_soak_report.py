@@ -1,0 +1,52 @@
+"""The soak's count: a journaled input whose turn finished after a crash cut the
+coordinator's own tool call short is answered, not lost (tools run at most once)."""
+
+from pathlib import Path
+
+from agentproc.conversation import Conversation
+from agentproc.messages import Message, ToolCall
+from bench.soak_bundle import LedgerLine, coordinator_turns
+from bench.soak_load import Request
+from bench.soak_report import classify
+
+
+def coordinator_turn(root: Path, key: str, request_id: str, *, cut: bool) -> None:
+    """A coordinator turn as the scripted model writes it; its ledger call is interrupted
+    (`cut`, as the loader answers a call left without a result), or answered."""
+    convo = Conversation(root / "swarms/default/instances" / key / "coordinator")
+    convo.load()
+    call = ToolCall("c1", "ledger__record", f'{{"id": "{request_id}", "role": "coordinator"}}')
+    result = '{"status":"error","error":{"code":"E_TOOL_INTERRUPTED"}}' if cut else '{"ok":1}'
+    for message in (
+        Message(id="m1", role="user", content=f"req {request_id}"),
+        Message(id="m2", role="assistant", tool_calls=(call,)),
+        Message(id="m3", role="tool", content=result, tool_call_id="c1"),
+        Message(id="m4", role="assistant", content=f"done {request_id}: recorded {request_id}"),
+    ):
+        convo.append(message)
+    convo.flush()
+
+
+def interrupted_request(request_id: str) -> Request:
+    # the orchestrator died while the client waited
+    return Request(request_id, client=0, sent_at=0.0, generation=0, outcome="interrupted")
+
+
+def test_a_turn_finished_after_its_tool_was_cut_short_is_answered(tmp_path: Path) -> None:
+    coordinator_turn(tmp_path, "soak-c0-1", "r-cut", cut=True)
+    coordinator_turn(tmp_path, "soak-c0-2", "r-ran", cut=False)
+    turns = coordinator_turns(tmp_path)
+    assert set(turns) == {"r-cut", "r-ran"}
+    assert turns["r-cut"].cut_short and not turns["r-ran"].cut_short
+    assert turns["r-cut"].answered and turns["r-ran"].answered
+    requests = [interrupted_request(r) for r in ("r-cut", "r-ran", "r-none")]
+    journal = {"r-cut": "j-1", "r-ran": "j-2", "r-none": "j-3"}
+    worker = [LedgerLine(r, "worker", 1, "t", 1.0) for r in journal]
+    fates = classify(requests, journal, worker, [], turns)
+    assert fates.answered == 1 and fates.answered_after_interrupted_tool == 1
+    # A turn that claims its tool ran without a ledger line, and one with no answer at all,
+    # stay lost: only the conversation's own record of the interruption excuses the ledger.
+    assert fates.lost == 2 and set(fates.lost_ids) == {"r-ran", "r-none"}
+    assert "journaled as j-2" in fates.lost_details[0]
+    assert "coordinator: user:req r-ran | assistant:ledger__record" in fates.lost_details[0]
+    assert "no turn stored" in fates.lost_details[1]
