@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from agentproc import tracing
 from agentproc.catalog import ToolPolicy
 from agentproc.extensions import EventBus, ExtensionStartError, load_extensions, plan_extensions
 from agentproc.messages import ModelError
@@ -82,6 +83,7 @@ async def build_definition(
         raise StartError(f"agent '{args.agent}' is not in Swarm/{swarm.name}")
     model_resource = bundle.agent_model(agent)
     model = model_resource.spec
+    tracing.export_spans(model=model.model, provider=model.provider)  # when the daemon asks
     provider = _provider(agent.name, model_resource)
     compaction_model = bundle.compaction_model(agent)
     compaction_provider = None

@@ -6,14 +6,21 @@ turn names the caller's tool span as its parent: one trace across processes.
 
 `TurnTracer` writes each event to the agent's `runtime-events.jsonl` (for `goondan logs`)
 and publishes it on the extensions' in-process bus (`api.events.on("tool.completed", ...)`).
+When the orchestrator exports OpenTelemetry traces, `export_spans` gives it a `SpanSink` too,
+which sends each span to the orchestrator as it ends (docs/tracing.md); otherwise `spans` is
+None and an event costs one more check.
 """
 
 from __future__ import annotations
 
+import os
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentproc.runtime_events import RuntimeEvent, RuntimeEventLog, new_span_id, now_iso
+
+if TYPE_CHECKING:
+    from agentproc.span_export import SpanSink
 
 current_span: ContextVar[str | None] = ContextVar("goondan_current_span", default=None)
 
@@ -22,6 +29,28 @@ class EventBus(Protocol):
     def wants(self, event: str) -> bool: ...
 
     def publish(self, event: str, payload: dict[str, Any]) -> None: ...
+
+
+spans: SpanSink | None = None  # this process's span export, when the orchestrator wants spans
+
+
+def export_spans(*, model: str, provider: str) -> None:
+    """Send spans to the orchestrator if it asked for them (`GOONDAN_SPAN_SOCKET`); called once
+    the agent knows its model. The span code is imported only then."""
+    global spans
+    from ipc.spans import SPAN_SOCKET_ENV
+
+    path = os.environ.get(SPAN_SOCKET_ENV)
+    if not path or spans is not None:
+        return
+    from agentproc.span_export import SpanSink
+
+    try:
+        spans = SpanSink(path, model=model, provider=provider)
+    except OSError as exc:  # the socket went away: no traces, the agent works as ever
+        import structlog
+
+        structlog.get_logger().warning("span export off", path=path, error=str(exc))
 
 
 class TurnTracer:
@@ -64,6 +93,17 @@ class TurnTracer:
         )
         if self._log is not None:
             self._log.emit(record)
+        if spans is not None:
+            spans.on_event(
+                event,
+                self.trace_id,
+                span_id,
+                parent_span_id,
+                self.agent_name,
+                self.instance_key,
+                self.turn_id,
+                data,
+            )
         if self._bus is not None and self._bus.wants(event):
             self._bus.publish(
                 event,
@@ -81,4 +121,4 @@ class TurnTracer:
             )
 
 
-__all__ = ["EventBus", "TurnTracer", "current_span", "new_span_id"]
+__all__ = ["EventBus", "TurnTracer", "current_span", "export_spans", "new_span_id"]

@@ -111,6 +111,25 @@ class Ack:
     accepted: bool = True
 
 
+def parse_traceparent(value: str | None) -> tuple[str, str] | None:
+    """(trace id, parent span id) of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), or
+    None when it is absent or malformed (then the trace starts afresh, as the spec says)."""
+    if not value:
+        return None
+    parts = value.strip().lower().split("-")
+    if len(parts) < 4 or len(parts[0]) != 2 or parts[0] == "ff":
+        return None
+    trace_id, span_id = parts[1], parts[2]
+    if len(trace_id) != 32 or len(span_id) != 16 or len(parts[3]) != 2:
+        return None
+    try:
+        if int(trace_id, 16) == 0 or int(span_id, 16) == 0:
+            return None
+    except ValueError:
+        return None
+    return trace_id, span_id
+
+
 @dataclass(frozen=True)
 class Reply:
     text: str
@@ -287,13 +306,16 @@ class ConnectorContext:
         instance_key: str | None = None,
         properties: Mapping[str, object] | None = None,
         message: ConnectorMessage | Mapping[str, Any] | None = None,
+        traceparent: str | None = None,
     ) -> Ack:
         """Send an event; return once the orchestrator journaled it. Raises `EventRefused`,
-        `EventNotAcknowledged` (no ack within 10 s), `ValueError`/`TypeError` for a bad event."""
+        `EventNotAcknowledged` (no ack within 10 s), `ValueError`/`TypeError` for a bad event.
+        `traceparent`: the caller's W3C trace context (an HTTP header), which the request's
+        trace continues; without one (or a malformed one) the trace starts here."""
         event = build_event(
             name, text=text, instance_key=instance_key, properties=properties, message=message
         )
-        ack, _ = await self._submit(event)
+        ack, _ = await self._submit(event, traceparent)
         return ack
 
     async def start_request(
@@ -304,6 +326,7 @@ class ConnectorContext:
         instance_key: str | None = None,
         properties: Mapping[str, object] | None = None,
         message: ConnectorMessage | Mapping[str, Any] | None = None,
+        traceparent: str | None = None,
     ) -> PendingReply:
         """As `emit`, asking for the agent's answer: returns once accepted, with the reply to
         await later (so a poller can confirm the update first, then post the answer)."""
@@ -315,7 +338,7 @@ class ConnectorContext:
             message=message,
             reply=True,
         )
-        ack, future = await self._submit(event)
+        ack, future = await self._submit(event, traceparent)
         assert future is not None
         return PendingReply(self, ack, future)
 
@@ -328,11 +351,17 @@ class ConnectorContext:
         properties: Mapping[str, object] | None = None,
         message: ConnectorMessage | Mapping[str, Any] | None = None,
         timeout_s: float | None = DEFAULT_REPLY_TIMEOUT_S,
+        traceparent: str | None = None,
     ) -> Reply:
         """Emit and wait for the agent's answer. Raises as `emit`, plus `ReplyFailed` (the
         turn ended in an error, with its code) and `ReplyTimeout`."""
         pending = await self.start_request(
-            name, text=text, instance_key=instance_key, properties=properties, message=message
+            name,
+            text=text,
+            instance_key=instance_key,
+            properties=properties,
+            message=message,
+            traceparent=traceparent,
         )
         return await pending.reply(timeout_s)
 
@@ -391,10 +420,11 @@ class ConnectorContext:
     # -- the process side --------------------------------------------------------------------
 
     async def _submit(
-        self, event: wire.ConnectorEvent
+        self, event: wire.ConnectorEvent, traceparent: str | None = None
     ) -> tuple[Ack, asyncio.Future[wire.DelegateResult] | None]:
         cid = f"{self._prefix}-{next(self._counter)}"
-        trace_id = os.urandom(16).hex()
+        caller = parse_traceparent(traceparent)
+        trace_id, parent_span = caller if caller is not None else (os.urandom(16).hex(), None)
         loop = asyncio.get_running_loop()
         ack_future: asyncio.Future[wire.EventAck] = loop.create_future()
         self._acks[cid] = ack_future
@@ -411,6 +441,7 @@ class ConnectorContext:
                     event,
                     correlation_id=cid,
                     trace_id=trace_id,
+                    span_id=parent_span,
                 )
             )
             try:

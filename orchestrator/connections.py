@@ -112,6 +112,7 @@ class Connections:
             wire.encode_payload(payload),
             correlation_id=cid,
             trace_id=env.trace_id,
+            span_id=env.span_id,  # the connector's caller's span (a webhook's `traceparent`)
         )
         request_id = self._router.new_request_id()
         try:  # durable before it is routed, as a CLI input

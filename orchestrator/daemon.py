@@ -16,6 +16,7 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
+from functools import partial
 
 import msgspec
 import structlog
@@ -39,6 +40,7 @@ from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
 from orchestrator.launcher import AgentLauncher, ConnectorLauncher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
+from orchestrator.otel_export import TracedRouter, start_span_export
 from orchestrator.reload import load_for_reload, swarm_fingerprints
 from orchestrator.router import InFlight, Requester, Router
 from orchestrator.supervisor import Exit, ProcessKind, Supervisor
@@ -157,6 +159,8 @@ class Daemon:
             max_connections=connection_cap(control_share, self.settings.ipc.fd_reserve),
             limits=self.settings.ipc,
         )
+        # Before the agents' launcher: they inherit its span socket's path in the environment.
+        self.spans = start_span_export(self.paths.run_dir)
         launch_spec = LaunchSpec(
             self.bundle.root,
             self.swarm.name,
@@ -184,7 +188,7 @@ class Daemon:
             on_exit=self._agent_exited,
             settings=self.settings.daemon,
         )
-        self.router = Router(
+        self.router = (Router if self.spans is None else partial(TracedRouter, self.spans))(
             set(self.agent_names),
             self.entry_agent,
             self,
@@ -371,6 +375,8 @@ class Daemon:
         )
         self.journal.close()
         self.approvals.close()
+        if self.spans is not None:  # at most a few seconds, for a collector that is gone
+            await asyncio.to_thread(self.spans.close)
         await asyncio.sleep(0.05)  # let the control channel flush the last answers
         self.agents.close()
         self.control.close()

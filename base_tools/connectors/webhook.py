@@ -177,6 +177,7 @@ async def main(ctx: ConnectorContext) -> None:
         if payload is None:
             return json_error(400, ErrorCode.E_BAD_PAYLOAD, "the body must be a JSON object")
         event = parse_payload(payload, default_event=default_event, default_key=default_key)
+        event["traceparent"] = request.headers.get("traceparent")  # the caller's trace goes on
         wait = truthy(payload.get("wait")) or truthy(request.query.get("wait", ""))
         try:
             if not wait:

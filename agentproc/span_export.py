@@ -1,0 +1,156 @@
+"""An agent's side of OpenTelemetry export: runtime events become finished spans, handed to
+the orchestrator as they end.
+
+Only when the orchestrator exports traces (it then sets `GOONDAN_SPAN_SOCKET`): otherwise no
+`SpanSink` exists and `TurnTracer.emit` pays a `None` check. A span is sent the moment it ends,
+with a non-blocking `send` on a unix datagram socket: once sent it sits in the orchestrator's
+receive queue, so it survives this process being SIGKILLed a moment later, and the turn never
+waits on the collector, the network or the SDK (the orchestrator owns those, on a thread).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from typing import Any
+
+import structlog
+
+from ipc.spans import KIND_CLIENT, KIND_INTERNAL, Attribute, SpanRecord, encode_batch
+
+# Spans a full receive queue (net.unix.max_dgram_qlen datagrams, often 10) left here: they go
+# with the next span that ends. Past this many the oldest are dropped (and counted).
+MAX_HELD = 256
+DROP_WARN_S = 60.0
+
+_STARTS = frozenset({"turn.started", "step.started", "tool.called"})
+_ENDS = frozenset(
+    {
+        "turn.completed",
+        "turn.failed",
+        "step.completed",
+        "step.failed",
+        "tool.completed",
+        "tool.failed",
+    }
+)
+
+
+class SpanSink:
+    """Turns one agent's runtime events into `SpanRecord`s and sends them, never blocking."""
+
+    def __init__(self, path: str, *, model: str, provider: str) -> None:
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock.setblocking(False)
+        self._sock.connect(path)  # raises OSError when the orchestrator has no span socket
+        self.model = model
+        self.provider = provider
+        self._pid = os.getpid()  # which process ran the span (the resource is the daemon's)
+        self._started: dict[str, int] = {}  # span id -> start, until the span ends
+        self._held: list[SpanRecord] = []
+        self._dropped = 0
+        self._warned_at = -DROP_WARN_S
+
+    def on_event(
+        self,
+        event: str,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str | None,
+        agent: str,
+        instance_key: str,
+        turn_id: str,
+        data: dict[str, Any],
+    ) -> None:
+        if event in _STARTS:
+            if len(self._started) > 4 * MAX_HELD:  # spans that never ended (cancelled tasks)
+                self._started.clear()
+            self._started[span_id] = time.time_ns()
+            return
+        if event not in _ENDS:
+            return
+        end = time.time_ns()
+        start = self._started.pop(span_id, end)
+        family = event[: event.index(".")]
+        error = data.get("errorCode")
+        if error is None and event.endswith(".failed"):
+            error = data.get("finishReason") or "failed"
+        attributes: dict[str, Attribute] = {"gen_ai.agent.name": agent, "process.pid": self._pid}
+        kind = KIND_INTERNAL
+        if family == "tool":
+            tool = str(data.get("toolName", ""))
+            name = f"execute_tool {tool}"
+            attributes["gen_ai.operation.name"] = "execute_tool"
+            attributes["gen_ai.tool.name"] = tool
+            attributes["gen_ai.tool.call.id"] = str(data.get("toolCallId", ""))
+            attributes["goondan.tool.status"] = str(data.get("status", ""))
+        elif family == "step":
+            name = f"chat {self.model}"
+            kind = KIND_CLIENT
+            attributes["gen_ai.operation.name"] = "chat"
+            attributes["gen_ai.request.model"] = self.model
+            attributes["gen_ai.provider.name"] = self.provider
+            attributes["goondan.step.index"] = int(data.get("stepIndex", 0))
+            _usage(attributes, data)
+            reason = data.get("finishReason")
+            if reason is not None:
+                attributes["gen_ai.response.finish_reasons"] = [str(reason)]
+        else:
+            name = f"invoke_agent {agent}"
+            attributes["gen_ai.operation.name"] = "invoke_agent"
+            attributes["goondan.instance_key"] = instance_key
+            attributes["goondan.turn_id"] = turn_id
+            attributes["goondan.finish_reason"] = str(data.get("finishReason", ""))
+            _usage(attributes, data)
+        if error is not None:
+            attributes["error.type"] = str(error)
+            message = data.get("errorMessage")
+            if message is not None:
+                attributes["goondan.error.message"] = str(message)[:500]
+        record = SpanRecord(
+            name,
+            trace_id,
+            span_id,
+            parent_span_id,
+            start,
+            end,
+            kind,
+            None if error is None else str(error),
+            attributes,
+        )
+        self._send(record)
+
+    def _send(self, record: SpanRecord) -> None:
+        held = self._held
+        held.append(record)
+        try:
+            self._sock.send(encode_batch(held))
+        except (BlockingIOError, InterruptedError):  # the queue is full: try with the next
+            if len(held) > MAX_HELD:
+                del held[: len(held) - MAX_HELD]
+                self._drop(1, "the orchestrator's span queue stayed full")
+            return
+        except OSError as exc:  # the orchestrator is gone, or the batch is too large
+            self._drop(len(held), exc.strerror or str(exc))
+        held.clear()
+
+    def _drop(self, count: int, why: str) -> None:
+        self._dropped += count
+        now = time.monotonic()
+        if now - self._warned_at >= DROP_WARN_S:
+            self._warned_at = now
+            structlog.get_logger().warning("spans dropped", count=self._dropped, reason=why)
+            self._dropped = 0
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+def _usage(attributes: dict[str, Attribute], data: dict[str, Any]) -> None:
+    usage = data.get("tokenUsage")
+    if isinstance(usage, dict):
+        attributes["gen_ai.usage.input_tokens"] = int(usage.get("inputTokens", 0))
+        attributes["gen_ai.usage.output_tokens"] = int(usage.get("outputTokens", 0))
