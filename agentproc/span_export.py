@@ -3,9 +3,11 @@ the orchestrator as they end.
 
 Only when the orchestrator exports traces (it then sets `GOONDAN_SPAN_SOCKET`): otherwise no
 `SpanSink` exists and `TurnTracer.emit` pays a `None` check. A span is sent the moment it ends,
-with a non-blocking `send` on a unix datagram socket: once sent it sits in the orchestrator's
-receive queue, so it survives this process being SIGKILLed a moment later, and the turn never
-waits on the collector, the network or the SDK (the orchestrator owns those, on a thread).
+with a non-blocking `send` on this agent's unix stream connection to the orchestrator: once
+sent it sits in the orchestrator's receive buffer, so it survives this process being SIGKILLed
+a moment later, and the turn never waits on the collector, the network or the SDK (the
+orchestrator owns those, on a thread). The orchestrator reads the connection only now and then
+and never waits on it, so a send wakes no one: a few microseconds, not a context switch.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import structlog
 
 from ipc.spans import KIND_CLIENT, KIND_INTERNAL, Attribute, SpanRecord, encode_batch
 
-# Spans a full receive queue (net.unix.max_dgram_qlen datagrams, often 10) left here: they go
-# with the next span that ends. Past this many the oldest are dropped (and counted).
-MAX_HELD = 256
+# Bytes the connection's buffers could not take (the orchestrator reads them every fraction of
+# a second): they go first with the next span that ends. Past this many, new spans are dropped.
+MAX_UNSENT = 1 << 20
+MAX_OPEN = 1024  # spans started and not ended (a cancelled task's) before they are forgotten
 DROP_WARN_S = 60.0
 
 _STARTS = frozenset({"turn.started", "step.started", "tool.called"})
@@ -42,14 +45,14 @@ class SpanSink:
     """Turns one agent's runtime events into `SpanRecord`s and sends them, never blocking."""
 
     def __init__(self, path: str, *, model: str, provider: str) -> None:
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.setblocking(False)
         self._sock.connect(path)  # raises OSError when the orchestrator has no span socket
         self.model = model
         self.provider = provider
         self._pid = os.getpid()  # which process ran the span (the resource is the daemon's)
         self._started: dict[str, int] = {}  # span id -> start, until the span ends
-        self._held: list[SpanRecord] = []
+        self._unsent = b""  # length-prefixed batches the connection did not take yet
         self._dropped = 0
         self._warned_at = -DROP_WARN_S
 
@@ -65,7 +68,7 @@ class SpanSink:
         data: dict[str, Any],
     ) -> None:
         if event in _STARTS:
-            if len(self._started) > 4 * MAX_HELD:  # spans that never ended (cancelled tasks)
+            if len(self._started) > MAX_OPEN:
                 self._started.clear()
             self._started[span_id] = time.time_ns()
             return
@@ -123,18 +126,20 @@ class SpanSink:
         self._send(record)
 
     def _send(self, record: SpanRecord) -> None:
-        held = self._held
-        held.append(record)
+        batch = encode_batch((record,))
+        data = self._unsent + len(batch).to_bytes(4, "big") + batch
+        if len(self._unsent) > MAX_UNSENT:  # keep what is half sent: the stream stays framed
+            self._drop(1, "the orchestrator did not read its span connection")
+            data = self._unsent
         try:
-            self._sock.send(encode_batch(held))
-        except (BlockingIOError, InterruptedError):  # the queue is full: try with the next
-            if len(held) > MAX_HELD:
-                del held[: len(held) - MAX_HELD]
-                self._drop(1, "the orchestrator's span queue stayed full")
+            sent = self._sock.send(data, socket.MSG_NOSIGNAL)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:  # the orchestrator is gone
+            self._unsent = b""
+            self._drop(1, exc.strerror or str(exc))
             return
-        except OSError as exc:  # the orchestrator is gone, or the batch is too large
-            self._drop(len(held), exc.strerror or str(exc))
-        held.clear()
+        self._unsent = data[sent:]
 
     def _drop(self, count: int, why: str) -> None:
         self._dropped += count

@@ -2,7 +2,7 @@
 table (stdout), write `bench/results.json`. Progress goes to stderr.
 
 Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability,
-coldstart.
+coldstart, otel.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ FIGURES = {
     "touch": "bench.fig_touch",
     "durability": "bench.fig_durability",
     "coldstart": "bench.fig_coldstart",
+    "otel": "bench.fig_otel",
 }
 GOALS = {
     "roundtrip": "<= 2x bare",
@@ -44,6 +45,7 @@ GOALS = {
     "touch": "(diagnostic)",
     "durability": "(reported)",
     "coldstart": "<= 0.5 s",
+    "otel": "<= 1.25x off",
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 

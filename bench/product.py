@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.driver import Driver
-from bench.procs import PYTHON, Procs, short_tmpdir
+from bench.procs import PYTHON, Procs, bench_env, short_tmpdir
 
 ECHO_REPLY = "You said: {{input}}"
 
@@ -63,10 +63,13 @@ class Daemon:
         agents: list[str],
         entry: str,
         run_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
-        """`run_args`: more options for `goondan run` (`--durability fsync`)."""
+        """`run_args`: more options for `goondan run` (`--durability fsync`); `env`: more
+        environment (`OTEL_TRACES_EXPORTER`)."""
         self.procs = procs
         self.run_args = list(run_args)
+        self.env = env or {}
         self.bundle = write_bundle(workdir / "b", agents, entry)
         self.state_root = workdir / "s"
         self.log_path = workdir / "daemon.log"
@@ -91,6 +94,7 @@ class Daemon:
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=log,
+                env=bench_env(**self.env),
             )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

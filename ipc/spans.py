@@ -1,8 +1,9 @@
 """Finished spans as agents hand them to the orchestrator, which exports them over OTLP.
 
 An agent does not load the OpenTelemetry SDK: when a span ends it sends a `SpanRecord` batch
-(usually of one) as a datagram on the orchestrator's span socket (`GOONDAN_SPAN_SOCKET`), and
-the orchestrator turns it into an SDK span with the same ids and times (docs/tracing.md).
+(a 4-byte big-endian length, then the msgpack list) on its connection to the orchestrator's
+span socket (`GOONDAN_SPAN_SOCKET`, unix stream), and the orchestrator turns it into an SDK
+span with the same ids and times (docs/tracing.md).
 """
 
 from __future__ import annotations

@@ -4,14 +4,15 @@ On when `OTEL_TRACES_EXPORTER` names `otlp` (the SDK's own variables: endpoint, 
 headers, timeout, `OTEL_SERVICE_NAME`, which defaults to `goondan`). Off, nothing here is
 imported past this module and the router is the plain one.
 
-Agents never load the SDK. Each sends a finished span to the orchestrator's span socket (a
-unix datagram socket in the run directory) the moment it ends, without blocking (see
-`agentproc/span_export.py`): a span that was sent survives the agent being SIGKILLed. Here one
-thread receives them and re-creates each as an SDK span with its ids, parent and times; one
-`BatchSpanProcessor` exports them on its own thread. A turn never waits for the collector: a
-dead one costs a warning a minute. The request's own span (root of the trace, or child of the
-caller's W3C `traceparent`) is made here by `TracedRouter`, around the routing of a request
-that came from outside (the CLI, a connector, `run --input`).
+Agents never load the SDK. Each sends a finished span on its connection to the orchestrator's
+span socket (unix stream, in the run directory) the moment it ends, without blocking (see
+`agentproc/span_export.py`): a span that was sent survives the agent being SIGKILLed. A thread
+of the orchestrator (`otel_sdk.SpanExport`) reads the connections now and then, re-creates
+each span as an SDK span with its ids, parent and times, and exports them in batches with the
+SDK's OTLP exporter. A turn never waits for the collector: a dead one costs a warning a
+minute. The request's own span (root of the trace, or child of the caller's W3C
+`traceparent`) is made here by `TracedRouter`, around the routing of a request that came from
+outside (the CLI, a connector, `run --input`).
 """
 
 from __future__ import annotations

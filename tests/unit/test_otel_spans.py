@@ -1,5 +1,5 @@
 """The agent's half of trace export, without a daemon: events in, span records out on a real
-unix datagram socket; and nothing of OpenTelemetry is imported while traces are off."""
+unix stream socket; and nothing of OpenTelemetry is imported while traces are off."""
 
 from __future__ import annotations
 
@@ -10,16 +10,46 @@ from pathlib import Path
 
 from agentproc.span_export import SpanSink
 from goondan.connectors import parse_traceparent
-from ipc.spans import KIND_CLIENT, decode_batch
+from ipc.spans import KIND_CLIENT, SpanRecord
+from orchestrator.otel_sdk import _frames
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
+class Orchestrator:
+    """The listening end of the span socket, read as the orchestrator reads it."""
+
+    def __init__(self, path: str) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(8)
+        self.conn: socket.socket | None = None
+        self.buffer = bytearray()
+
+    def read(self) -> list[SpanRecord]:
+        """Everything sent so far: a send returns once its bytes are in our buffer."""
+        if self.conn is None:
+            self.conn, _ = self.listener.accept()
+            self.conn.setblocking(False)
+        while True:
+            try:
+                data = self.conn.recv(1 << 20)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            self.buffer += data
+        return _frames(self.buffer)
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.listener.close()
+
+
 def test_events_become_span_records_sent_as_each_span_ends(tmp_path: Path) -> None:
     path = str(tmp_path / "spans.sock")
-    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    receiver.bind(path)
-    receiver.settimeout(5)
+    receiver = Orchestrator(path)
     sink = SpanSink(path, model="gpt-x", provider="openai")
     emit = sink.on_event
     emit("turn.started", TRACE, "a" * 16, "f" * 16, "bot", "chat:1", "t1", {})
@@ -27,14 +57,14 @@ def test_events_become_span_records_sent_as_each_span_ends(tmp_path: Path) -> No
     emit("tool.called", TRACE, "c" * 16, "b" * 16, "bot", "chat:1", "t1", {"toolName": "x__y"})
     failed = {"toolName": "x__y", "toolCallId": "c1", "status": "error", "errorCode": "E_BOOM"}
     emit("tool.failed", TRACE, "c" * 16, "b" * 16, "bot", "chat:1", "t1", failed)
-    [tool] = decode_batch(receiver.recv(65536))  # sent the moment it ended
+    [tool] = receiver.read()  # sent the moment it ended
     assert tool.name == "execute_tool x__y" and tool.parent_span_id == "b" * 16
     assert tool.error == "E_BOOM" and tool.attributes["error.type"] == "E_BOOM"
     assert tool.attributes["gen_ai.tool.name"] == "x__y" and tool.start_ns <= tool.end_ns
     usage = {"inputTokens": 12, "outputTokens": 3}
     done = {"stepIndex": 0, "finishReason": "stop", "tokenUsage": usage}
     emit("step.completed", TRACE, "b" * 16, "a" * 16, "bot", "chat:1", "t1", done)
-    [step] = decode_batch(receiver.recv(65536))
+    [step] = receiver.read()
     assert step.name == "chat gpt-x" and step.kind == KIND_CLIENT and step.error is None
     assert step.attributes["gen_ai.request.model"] == "gpt-x"
     assert step.attributes["gen_ai.usage.input_tokens"] == 12
@@ -42,32 +72,27 @@ def test_events_become_span_records_sent_as_each_span_ends(tmp_path: Path) -> No
     assert step.attributes["gen_ai.response.finish_reasons"] == ["stop"]
     emit("tool.progress", TRACE, "d" * 16, "c" * 16, "bot", "chat:1", "t1", {})  # not a span
     emit("turn.completed", TRACE, "a" * 16, "f" * 16, "bot", "chat:1", "t1", {})
-    [turn] = decode_batch(receiver.recv(65536))
+    [turn] = receiver.read()
     assert turn.name == "invoke_agent bot" and turn.parent_span_id == "f" * 16
     assert turn.attributes["goondan.instance_key"] == "chat:1"
     sink.close()
     receiver.close()
 
 
-def test_a_full_queue_holds_spans_for_the_next_send(tmp_path: Path) -> None:
+def test_a_connection_nobody_reads_holds_spans_for_the_next_send(tmp_path: Path) -> None:
     path = str(tmp_path / "spans.sock")
-    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    receiver.bind(path)
+    receiver = Orchestrator(path)
     sink = SpanSink(path, model="m", provider="p")
-    sent = 0
-    for n in range(200):  # nobody reads: the queue fills, the sink never blocks
+    n = 0
+    for n in range(4000):  # more than the socket buffers take: the sink keeps the rest
         sink.on_event("tool.completed", TRACE, f"{n:016x}", None, "a", "k", "t", {})
-        sent += 1
-    receiver.setblocking(False)
-    received = []
-    while True:
-        try:
-            received.extend(decode_batch(receiver.recv(1 << 20)))
-        except BlockingIOError:
-            break
-    sink.on_event("tool.completed", TRACE, f"{999:016x}", None, "a", "k", "t", {})
-    received.extend(decode_batch(receiver.recv(1 << 20)))
-    assert len({r.span_id for r in received}) == sent + 1  # none lost
+    assert sink._unsent  # the buffers were full, and the sink did not block
+    received = receiver.read()
+    while sink._unsent:  # each span that ends sends what waited first
+        n += 1
+        sink.on_event("tool.completed", TRACE, f"{n:016x}", None, "a", "k", "t", {})
+        received += receiver.read()
+    assert [int(r.span_id, 16) for r in received] == list(range(n + 1))  # none lost, in order
     sink.close()
     receiver.close()
 
