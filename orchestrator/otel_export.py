@@ -86,15 +86,28 @@ def new_id(hex_digits: int) -> str:
 class _Request:
     """A request from outside, while it is routed: its span, open."""
 
-    __slots__ = ("trace_id", "span_id", "parent", "start", "target", "source", "oid", "error")
+    __slots__ = (
+        "trace_id",
+        "span_id",
+        "parent",
+        "start",
+        "target",
+        "source",
+        "sender",
+        "oid",
+        "error",
+    )
 
-    def __init__(self, trace_id: str, parent: str | None, target: str, source: str) -> None:
+    def __init__(
+        self, trace_id: str, parent: str | None, target: str, source: str, sender: str
+    ) -> None:
         self.trace_id = trace_id
         self.span_id = new_id(16)
         self.parent = parent  # the caller's span (a `traceparent` at the webhook), if any
         self.start = time.time_ns()
         self.target = target
         self.source = source
+        self.sender = sender  # the envelope's `from`: the connection, for a connector's event
         self.oid = ""
         self.error: str | None | bool = False  # False: no answer yet; None: answered ok
 
@@ -120,7 +133,11 @@ class TracedRouter(Router):
         if requester.channel == "agent":
             return super().delegate(requester, env, request_id)
         request = _Request(
-            env.trace_id or new_id(32), env.span_id, env.to or self.entry_agent, requester.channel
+            env.trace_id or new_id(32),
+            env.span_id,
+            env.to or self.entry_agent,
+            requester.channel,
+            env.from_,
         )
         key = (requester.channel, requester.identity, requester.correlation_id)
         self._failing[key] = request  # a refusal at once answers in `super().delegate`
@@ -171,6 +188,7 @@ class TracedRouter(Router):
         attributes: dict[str, str | bool | int | float | list[str]] = {
             "goondan.request.target": request.target,
             "goondan.request.source": request.source,
+            "goondan.request.from": request.sender,
             "goondan.request.id": request.oid,
             "process.pid": os.getpid(),
         }

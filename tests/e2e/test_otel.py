@@ -187,6 +187,7 @@ def test_the_webhook_continues_the_callers_trace(start_daemon, receiver, tmp_pat
     root = one(spans, "request responder")
     assert root.parent_span_id == caller_span  # the caller's span, in the caller's trace
     assert root.attributes["goondan.request.source"] == "connector"
+    assert root.attributes["goondan.request.from"] == "connection:http-in"
     turn = one(spans, "invoke_agent responder")
     assert turn.parent_span_id == root.span_id
     tool = one(spans, "execute_tool calc__add")
