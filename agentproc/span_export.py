@@ -67,6 +67,26 @@ class SpanSink:
         turn_id: str,
         data: dict[str, Any],
     ) -> None:
+        """Note a span's start, or send it when it ends. Never raises: a turn must not fail
+        for its trace."""
+        try:
+            self._on_event(
+                event, trace_id, span_id, parent_span_id, agent, instance_key, turn_id, data
+            )
+        except Exception as exc:
+            self._drop(1, f"{type(exc).__name__}: {exc}")
+
+    def _on_event(
+        self,
+        event: str,
+        trace_id: str,
+        span_id: str,
+        parent_span_id: str | None,
+        agent: str,
+        instance_key: str,
+        turn_id: str,
+        data: dict[str, Any],
+    ) -> None:
         if event in _STARTS:
             if len(self._started) > MAX_OPEN:
                 self._started.clear()

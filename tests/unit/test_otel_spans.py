@@ -97,6 +97,18 @@ def test_a_connection_nobody_reads_holds_spans_for_the_next_send(tmp_path: Path)
     receiver.close()
 
 
+def test_a_bad_event_costs_its_span_not_the_turn(tmp_path: Path) -> None:
+    path = str(tmp_path / "spans.sock")
+    receiver = Orchestrator(path)
+    sink = SpanSink(path, model="m", provider="p")
+    bad = {"stepIndex": "not a number"}
+    sink.on_event("step.completed", TRACE, "b" * 16, None, "a", "k", "t", bad)  # does not raise
+    sink.on_event("tool.completed", TRACE, "c" * 16, None, "a", "k", "t", {"toolName": "x"})
+    assert [r.name for r in receiver.read()] == ["execute_tool x"]
+    sink.close()
+    receiver.close()
+
+
 def test_traceparent_is_read_as_w3c_says() -> None:
     assert parse_traceparent(f"00-{TRACE}-00f067aa0ba902b7-01") == (TRACE, "00f067aa0ba902b7")
     assert parse_traceparent(f"00-{TRACE.upper()}-00F067AA0BA902B7-00") is not None
