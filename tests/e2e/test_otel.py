@@ -157,7 +157,9 @@ def test_the_webhook_continues_the_callers_trace(start_daemon, receiver, tmp_pat
     main = bundle / "goondan.yaml"
     main.write_text(main.read_text().replace('PORT: {value: "8080"}', f'PORT: {{value: "{port}"}}'))
     secret = "otel-test-secret"
-    start_daemon(bundle, env={"WEBHOOK_SECRET": secret, **otel_env(receiver.endpoint)})
+    env = otel_env("http://127.0.0.1:9")  # the traces endpoint below wins over this one
+    env["OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"] = f"{receiver.endpoint}/custom/traces"
+    start_daemon(bundle, env={"WEBHOOK_SECRET": secret, **env})
 
     def listening() -> bool:
         with socket.socket() as sock:
@@ -192,6 +194,7 @@ def test_the_webhook_continues_the_callers_trace(start_daemon, receiver, tmp_pat
     assert turn.parent_span_id == root.span_id
     tool = one(spans, "execute_tool calc__add")
     assert tool.parent_span_id in {s.span_id for s in by_name(spans, "chat scripted-v1")}
+    assert set(receiver.paths) == {"/custom/traces"}
 
 
 KILLER = """\
