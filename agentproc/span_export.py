@@ -16,6 +16,7 @@ import contextlib
 import os
 import socket
 import time
+from collections import deque
 from typing import Any
 
 import structlog
@@ -52,7 +53,9 @@ class SpanSink:
         self.provider = provider
         self._pid = os.getpid()  # which process ran the span (the resource is the daemon's)
         self._started: dict[str, int] = {}  # span id -> start, until the span ends
-        self._unsent = b""  # length-prefixed batches the connection did not take yet
+        # Length-prefixed batches (the first maybe half sent) the connection did not take yet.
+        self._unsent: deque[bytes] = deque()
+        self._unsent_bytes = 0
         self._dropped = 0
         self._warned_at = -DROP_WARN_S
 
@@ -147,19 +150,50 @@ class SpanSink:
 
     def _send(self, record: SpanRecord) -> None:
         batch = encode_batch((record,))
-        data = self._unsent + len(batch).to_bytes(4, "big") + batch
-        if len(self._unsent) > MAX_UNSENT:  # keep what is half sent: the stream stays framed
-            self._drop(1, "the orchestrator did not read its span connection")
-            data = self._unsent
+        frame = len(batch).to_bytes(4, "big") + batch
+        if self._unsent:  # behind what waits: in order, and one failing send per span at most
+            if self._unsent_bytes > MAX_UNSENT:
+                self._drop(1, "the orchestrator did not read its span connection")
+            else:
+                self._unsent.append(frame)
+                self._unsent_bytes += len(frame)
+            self._send_unsent()
+            return
         try:
-            sent = self._sock.send(data, socket.MSG_NOSIGNAL)
+            sent = self._sock.send(frame, socket.MSG_NOSIGNAL)
         except (BlockingIOError, InterruptedError):
             sent = 0
         except OSError as exc:  # the orchestrator is gone
-            self._unsent = b""
             self._drop(1, exc.strerror or str(exc))
             return
-        self._unsent = data[sent:]
+        if sent < len(frame):
+            self._unsent.append(frame[sent:])
+            self._unsent_bytes += len(frame) - sent
+
+    def _send_unsent(self) -> None:
+        unsent = self._unsent
+        while unsent:
+            chunk = b"".join(unsent) if len(unsent) < 64 else unsent[0]
+            try:
+                sent = self._sock.send(chunk, socket.MSG_NOSIGNAL)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._drop(len(unsent), exc.strerror or str(exc))
+                unsent.clear()
+                self._unsent_bytes = 0
+                return
+            self._unsent_bytes -= sent
+            if len(unsent) < 64:
+                unsent.clear()
+                if sent < len(chunk):
+                    unsent.append(chunk[sent:])
+                    return
+            elif sent < len(chunk):
+                unsent[0] = chunk[sent:]
+                return
+            else:
+                unsent.popleft()
 
     def _drop(self, count: int, why: str) -> None:
         self._dropped += count
