@@ -13,6 +13,7 @@ import structlog
 
 from agentproc import tracing
 from agentproc.catalog import ToolPolicy
+from agentproc.counters import COUNTERS
 from agentproc.extensions import EventBus, ExtensionStartError, load_extensions, plan_extensions
 from agentproc.messages import ModelError
 from agentproc.process import AgentProcess
@@ -97,6 +98,7 @@ async def build_definition(
             await compaction_provider.aclose()
         raise StartError(str(exc)) from None
     spec: AgentSpec = agent.spec
+    COUNTERS.reset(model.model)
     policy = swarm.spec.policy
     definition = AgentDefinition(
         name=agent.name,

@@ -15,6 +15,7 @@ import msgspec
 import structlog
 
 from agentproc.approvals import ApprovalWaits
+from agentproc.counters import COUNTERS
 from agentproc.instance import Instance
 from agentproc.instance_queues import InstanceQueues
 from agentproc.log_limit import LogLimit
@@ -115,6 +116,8 @@ class AgentProcess:
         self._max_loaded = agent.max_loaded_instances
         self._inbox_limit = agent.inbox_limit
         self._heartbeat_interval_s = agent.heartbeat_interval_s
+        # `goondan run --metrics` sets it (agents inherit it): only then do counts travel.
+        self._report_counts = bool(os.environ.get("GOONDAN_METRICS"))
         self._cancel_wait_s = agent.cancel_wait_s
         self._quiet_s = agent.quiet_s
         self._fold_events_bytes = storage.fold_events_bytes
@@ -542,6 +545,10 @@ class AgentProcess:
             instance.close()
         self.events.close()
         self.definition.executor.close()
+        if (
+            self._report_counts and COUNTERS.changed
+        ):  # the last turns' counts, before the process is gone
+            self._send_counts()
         if self._shutdown is not None:
             self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))
         await self.channel.flush(timeout_s=1.0)  # the ack must not die in our outbox
@@ -582,6 +589,13 @@ class AgentProcess:
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
-            if time.monotonic() - self._last_sent < self._heartbeat_interval_s:
-                continue
-            self._send(frame)
+            if (
+                self._report_counts and COUNTERS.changed
+            ):  # the counts travel on the heartbeat, at most this often
+                self._send_counts()
+            elif time.monotonic() - self._last_sent >= self._heartbeat_interval_s:
+                self._send(frame)
+
+    def _send_counts(self) -> None:
+        report = COUNTERS.report(os.getpid())
+        self._send(wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR, report))

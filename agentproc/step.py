@@ -22,6 +22,7 @@ import msgspec
 
 from agentproc.budgets import usage_data
 from agentproc.compaction import compact_on_overflow
+from agentproc.counters import COUNTERS
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolDefinition
 from agentproc.runtime_events import elapsed_ms
 from agentproc.tool_calls import run_tool_calls
@@ -78,6 +79,7 @@ async def run_step(ctx: StepCtx) -> StepResult:
             reply = await _ask(ctx, tools)
         except ModelError as exc:
             run.log.warning("model call failed", code=exc.code, error=str(exc), step=ctx.step_index)
+            COUNTERS.model_call("error")
             error = ErrorDetail(exc.code, str(exc))
             _step_event(
                 run,
@@ -90,6 +92,7 @@ async def run_step(ctx: StepCtx) -> StepResult:
             )
             return run.apply(StepOutcome(error=error))
         usage = run.replied(reply)
+        COUNTERS.model_call("ok", usage.input_tokens, usage.output_tokens)
         result = run.apply(await _handle_reply(ctx, reply, usage, frozenset(names)))
         _step_event(
             run,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 import msgspec
 
 from agentproc.approvals import approval_id, ask_approval, parked_calls, parked_result
+from agentproc.counters import COUNTERS
 from agentproc.loop_guard import Verdict
 from agentproc.messages import Message, ToolCall
 from agentproc.runtime_events import elapsed_ms
@@ -340,6 +341,8 @@ def _tool_event(
         data["errorMessage"] = result.error.message
     if result.details is not None:
         data["details"] = _json_safe(result.details)
+    if result.status != "pending":  # an async job is counted when it finishes (tool_jobs)
+        COUNTERS.tool_call(call.name, result.status)
     run.tracer.emit(
         "tool.failed" if result.status == "error" else "tool.completed", span, step_span, data
     )

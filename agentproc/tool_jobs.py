@@ -29,6 +29,7 @@ from typing import Any, Literal
 import msgspec
 import structlog
 
+from agentproc.counters import COUNTERS
 from agentproc.files import replace_file
 from agentproc.messages import Message
 from agentproc.tool_executor import error_info, shape_output
@@ -195,6 +196,7 @@ class ToolJobs:
         record.status = "ok" if record.result.status == "ok" else "error"
         record.finished_at = time.time()
         self._save()
+        COUNTERS.tool_call(record.tool_name, record.status)
         if tracer is not None:
             event = "tool.completed" if record.status == "ok" else "tool.failed"
             data: dict[str, Any] = {

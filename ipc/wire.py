@@ -148,6 +148,17 @@ class TurnUpdate(msgspec.Struct, frozen=True, omit_defaults=True):
     data: dict[str, Any] = {}
 
 
+class Heartbeat(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A sign of life. An agent adds its cumulative counts since it started (for `goondan run
+    --metrics`) when they changed; a bare heartbeat is an empty map, as `Empty` is."""
+
+    pid: int = 0
+    model: str = ""
+    llm: dict[str, int] = {}  # outcome -> model calls
+    tokens: dict[str, int] = {}  # direction -> tokens
+    tools: list[tuple[str, str, int]] = []  # (tool, outcome, calls)
+
+
 class RestartRequest(msgspec.Struct, frozen=True):
     reason: str
 
@@ -524,7 +535,7 @@ MESSAGES: Final[dict[str, MessageType]] = {
         MessageType(SHUTDOWN_ACK, Empty, sent_by=_BOTH),
         MessageType(READY, Ready, sent_by=_BOTH),
         MessageType(START_ERROR, ErrorInfo, sent_by=_BOTH),
-        MessageType(HEARTBEAT, Empty, sent_by=_BOTH),
+        MessageType(HEARTBEAT, Heartbeat, sent_by=_BOTH),
         MessageType(RESTART_REQUEST, RestartRequest, sent_by=_AGENT),
         MessageType(CONNECTOR_EVENT, ConnectorEvent, sent_by=_CONNECTOR),
         MessageType(EVENT_ACK, EventAck, received_by=_CONNECTOR),

@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 import msgspec
 import structlog
@@ -48,6 +49,9 @@ from orchestrator.systemd import Notifier
 from orchestrator.throttled_log import ThrottledLog
 from orchestrator.trust import PEER_KEY_FILE, SENDS, Admitted, Refused, admit, write_peer_key
 from orchestrator.watch import watch
+
+if TYPE_CHECKING:
+    from orchestrator.metrics import AgentUsage, MetricsServer
 
 # A journaled input delivered again after a restart that fails with one of these is delivered
 # once more later: a disk with room again, or an agent that no longer crashes, may answer it.
@@ -115,6 +119,10 @@ class Daemon:
         self.notifier = Notifier()
         # Where children's stdout and stderr go (None: the daemon's stderr); `run --detach`.
         self.child_output: int | None = None
+        # `run --metrics HOST:PORT`: /metrics served there (orchestrator.metrics).
+        self.metrics_address: tuple[str, int] | None = None
+        self._usage: AgentUsage | None = None
+        self._metrics_server: MetricsServer | None = None
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -129,6 +137,7 @@ class Daemon:
         with StateLock(self.paths.lock_file):
             self._startup()
             try:
+                await self._start_metrics()
                 answer = await self._main_loop(one_input)
                 code = 0 if answer is None or answer.status == "ok" else 1
                 if self.on_answer is not None and answer is not None:
@@ -254,6 +263,17 @@ class Daemon:
                 name="watch bundle",
             )
 
+    async def _start_metrics(self) -> None:
+        if self.metrics_address is None:
+            return
+        from orchestrator import metrics  # prometheus-client only when asked for
+
+        requests, self._usage = metrics.RequestStats(), metrics.AgentUsage()
+        self.router.on_finished = requests.finished
+        collector = metrics.DaemonCollector(self.supervisor, self.router, requests, self._usage)
+        self._metrics_server = metrics.MetricsServer(*self.metrics_address, collector)
+        await self._metrics_server.start()
+
     def _redeliver_journal(self) -> None:
         """Inputs accepted by an earlier run that never got their answer: deliver them again."""
         entries = self.journal.recover()
@@ -368,6 +388,8 @@ class Daemon:
         except Exception:  # a bug must not keep the sockets and the journal open
             self._log.exception("draining the processes failed")
         await self.launcher.aclose()
+        if self._metrics_server is not None:
+            await self._metrics_server.aclose()
         self.router.fail_all(
             ErrorCode.E_SHUTTING_DOWN,
             "the orchestrator stopped before answering; the input is kept in its journal "
@@ -621,7 +643,11 @@ class Daemon:
         self.router.event(env, frame)
 
     def _on_heartbeat(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
-        pass  # `touch` above is all a heartbeat is for
+        # `touch` above is what a heartbeat is for; an agent's may carry its counts.
+        if self._usage is not None and len(env.payload) > 1:
+            process = self.supervisor.slots[name].process
+            beat = wire.decode_payload(env, wire.Heartbeat)
+            self._usage.report(name, beat, process.pid if process is not None else None)
 
     def _on_ready(self, name: str, identity: bytes, env: wire.Envelope, frame: bytes) -> None:
         ready = wire.decode_payload(env, wire.Ready)

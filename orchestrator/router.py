@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Literal, Protocol
@@ -66,6 +67,7 @@ class InFlight:
         "delivered",
         "timeout_ms",
         "trace_id",
+        "started",
     )
 
     def __init__(
@@ -79,6 +81,7 @@ class InFlight:
         self.delivered = False  # handed to a running process (not waiting in the inbox)
         self.timeout_ms = 0  # set by `Router.delegate`
         self.trace_id = trace_id
+        self.started = 0.0  # time.monotonic() at routing, when metrics are on
 
 
 class Router:
@@ -113,6 +116,8 @@ class Router:
         }
         self._log = structlog.get_logger().bind(component="router")
         self._refusals = ThrottledLog(self._log)
+        # `goondan run --metrics`: told of each settled request and its outcome.
+        self.on_finished: Callable[[InFlight, str], None] | None = None
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -162,6 +167,8 @@ class Router:
             return None
         pending = InFlight(oid, requester, target, frame, env.trace_id)
         pending.timeout_ms = routing.timeout_ms or self._request_timeout_ms
+        if self.on_finished is not None:
+            pending.started = time.monotonic()
         self._timeouts.add(pending, pending.timeout_ms / 1000, len(self.pending))
         self.pending[oid] = pending
         self._by_target[target][oid] = None
@@ -195,7 +202,7 @@ class Router:
                 oid=oid,
             )
             return
-        self._finish(oid)
+        self._finish(oid, _status(env) if self.on_finished is not None else "ok")
         answer = msgspec.structs.replace(
             env,
             to=pending.requester.identity.decode(errors="replace"),
@@ -347,11 +354,13 @@ class Router:
         self._inbox[target].append((frame, pending))
         self._start_agent(target)
 
-    def _finish(self, oid: str) -> InFlight | None:
+    def _finish(self, oid: str, outcome: str = "error") -> InFlight | None:
         pending = self.pending.pop(oid, None)
         if pending is None:
             return None
         self._by_target[pending.target].pop(oid, None)
+        if self.on_finished is not None:
+            self.on_finished(pending, outcome)
         if self._on_settled is not None:
             try:
                 self._on_settled(pending)
@@ -364,7 +373,7 @@ class Router:
         return self.pending.get(pending.oid) is pending
 
     def _expire(self, pending: InFlight) -> None:
-        self._finish(pending.oid)
+        self._finish(pending.oid, "timeout")
         # If it still waits in the inbox, `agent_ready` skips it; if delivered, the late
         # answer is dropped.
         self._answer_error(
@@ -388,3 +397,18 @@ class Router:
             trace_id=trace_id,
         )
         self._outbox.to_requester(requester, frame)
+
+
+class _Status(msgspec.Struct):
+    status: str = "error"
+
+
+_status_decoder = msgspec.msgpack.Decoder(_Status)
+
+
+def _status(env: wire.Envelope) -> str:
+    """A `delegate_result`'s status ("ok" | "error"), for metrics only."""
+    try:
+        return _status_decoder.decode(env.payload).status
+    except msgspec.DecodeError:
+        return "error"

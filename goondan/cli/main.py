@@ -217,6 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="<state-root>/logs/daemon.log becomes daemon.log.1 past this size; "
         f"{DEFAULTS.storage.daemon_log_files} files are kept (default: %(default)s)",
     )
+    p.add_argument(
+        "--metrics",
+        type=_host_port,
+        default=os.environ.get("GOONDAN_METRICS") or None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (default: $GOONDAN_METRICS, "
+        "else off); see docs/metrics.md",
+    )
 
     p = sub.add_parser(
         "send",
@@ -468,6 +476,14 @@ def _seconds(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
     return value
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:9464` for IPv6; `:9464` means 127.0.0.1)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"must be HOST:PORT (e.g. 127.0.0.1:9464), not {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _positive_int(text: str) -> int:

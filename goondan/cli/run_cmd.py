@@ -107,6 +107,10 @@ def _serve(
     except LookupError as exc:
         print(f"goondan: {exc}", file=sys.stderr)
         return 1
+    if getattr(args, "metrics", None) is not None:
+        daemon.metrics_address = args.metrics
+        host, port = args.metrics
+        os.environ["GOONDAN_METRICS"] = f"{host}:{port}"  # agents then send their counts
     if output is not None:
         daemon.child_output = output.write_fd
         daemon.notifier = _DetachedNotifier(paths)
