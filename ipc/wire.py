@@ -344,14 +344,25 @@ class Listed(msgspec.Struct, frozen=True):
     agents: list[SpawnedInstance]
 
 
-class ProcessInfo(msgspec.Struct, frozen=True):
-    """One row of `goondan status`."""
+class LastExit(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Why a process last stopped: its exit code or the signal that ended it, the error it
+    reported (or what the daemon saw: a hang, a failed launch), and when (time.time())."""
+
+    at: float
+    code: int | None = None
+    signal: str | None = None
+    error: str | None = None
+
+
+class ProcessInfo(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """One row of `goondan status` (`notStarted`: never ran, or could not start)."""
 
     name: str
     kind: str
     pid: int | None
     status: str
     restarts: int
+    last_exit: LastExit | None = None
 
 
 class Status(msgspec.Struct, frozen=True, rename="camel"):

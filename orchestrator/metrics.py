@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # A request is a turn, or a turn waiting on delegations: seconds to minutes.
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 PROCESS_STATUSES = (
+    "notStarted",
     "spawning",
     "idle",
     "processing",

@@ -31,7 +31,14 @@ from ipc.tasks import TaskSet
 from orchestrator.launcher import ChildProcess, Launcher
 
 Status = Literal[
-    "spawning", "idle", "processing", "draining", "terminated", "crashed", "crashLoopBackOff"
+    "notStarted",
+    "spawning",
+    "idle",
+    "processing",
+    "draining",
+    "terminated",
+    "crashed",
+    "crashLoopBackOff",
 ]
 
 
@@ -69,7 +76,8 @@ class Slot:
     def __init__(self, name: str, kind: ProcessKind) -> None:
         self.name = name
         self.kind: ProcessKind = kind  # which launcher starts it, what it may send
-        self.status: Status = "terminated"
+        self.status: Status = "notStarted"  # until it runs; again when it could not start
+        self.last_exit: wire.LastExit | None = None  # why it last stopped, for `status`
         self.process: ChildProcess | None = None
         self.restarts = 0
         self.consecutive_crashes = 0  # for the back-off
@@ -174,6 +182,7 @@ class Supervisor:
                 s.process.pid if s.process else None,
                 s.status,
                 s.restarts,
+                s.last_exit,
             )
             for s in self.slots.values()
         ]
@@ -197,6 +206,7 @@ class Supervisor:
             slot.status = "crashed"
             slot.exited.set()
             error = f"cannot start the agent process: {exc}"
+            slot.last_exit = wire.LastExit(time.time(), error=error)
             self._on_exit(
                 Exit(
                     slot.name,
@@ -218,6 +228,7 @@ class Supervisor:
 
     def _exited(self, slot: Slot, code: int) -> None:
         was_ready = slot.ready
+        slot.last_exit = _last_exit(code, slot.start_error, slot.hung)
         slot.process = None
         slot.credential = None  # its connection can no longer be admitted
         slot.ready = False
@@ -225,7 +236,7 @@ class Supervisor:
         clean = code == 0 or slot.stopping
         start_error, slot.start_error = slot.start_error, None
         if clean or start_error is not None:
-            slot.status = "terminated"
+            slot.status = "terminated" if start_error is None else "notStarted"
             slot.consecutive_crashes = slot.startup_crashes = 0
             self._log.info("agent process exited", agent=slot.name, code=code)
         else:
@@ -320,3 +331,24 @@ class Supervisor:
             if slot.process is not None:
                 slot.process.kill()
             await slot.exited.wait()
+
+
+def _last_exit(code: int, start_error: str | None, hung: bool) -> wire.LastExit:
+    error = start_error
+    if error is None and hung:
+        error = "hung: no heartbeat, killed by the watchdog"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return wire.LastExit(time.time(), signal=name, error=_last_line(error))
+    return wire.LastExit(time.time(), code=code, error=_last_line(error))
+
+
+def _last_line(error: str | None) -> str | None:
+    """The last non-empty line of an error (a traceback's says what went wrong)."""
+    if not error:
+        return None
+    lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
+    return lines[-1][:500] if lines else None

@@ -18,7 +18,7 @@ gets 401 and emits nothing; a signature already taken within the window gets 409
 
 Answers: 202 `{"accepted": true, "agent", "instanceKey", "traceId"}` once the event is
 journaled; with `wait: true` (or `?wait=1`) 200 `{"reply": "...", "agent", "instanceKey",
-"traceId"}`.
+"traceId"}` (a 502 or 504 after acceptance carries `traceId` too).
 
     POST {PATH}/cancel   {"traceId": "<32 hex>"}    (signed as any request)
 
@@ -191,24 +191,33 @@ async def main(ctx: ConnectorContext) -> None:
                     },
                     status=202,
                 )
-            reply = await ctx.request(**event, timeout_s=wait_timeout)
+            pending = await ctx.start_request(**event)
         except (ValueError, TypeError) as exc:
             return json_error(400, ErrorCode.E_BAD_PAYLOAD, str(exc))
         except EventRefused as exc:
             return json_error(422, exc.code, exc.message)
         except EventNotAcknowledged as exc:
             return json_error(503, exc.code, exc.message)
+        trace_id = pending.ack.trace_id  # for `goondan logs --trace`, failed or not
+        try:
+            reply = await pending.reply(wait_timeout)
         except ReplyFailed as exc:
-            return json_error(502, exc.code, exc.message)
+            return _failed(502, exc, trace_id)
         except ReplyTimeout as exc:
-            return json_error(504, exc.code, exc.message)
+            return _failed(504, exc, trace_id)
         return web.json_response(
             {
                 "reply": reply.text,
                 "agent": reply.agent,
                 "instanceKey": reply.instance_key,
-                "traceId": reply.trace_id,
+                "traceId": trace_id,
             }
         )
 
     await serve_post(ctx, handle, name="webhook", default_port=8080, subpaths=(CANCEL_PATH,))
+
+
+def _failed(status: int, exc: ReplyFailed | ReplyTimeout, trace_id: str) -> web.Response:
+    """An accepted event's error answer, with the trace to look its turn up by."""
+    error = {"code": exc.code, "message": exc.message}
+    return web.json_response({"error": error, "traceId": trace_id}, status=status)

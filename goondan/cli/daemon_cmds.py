@@ -85,12 +85,12 @@ def read_input(text: str | None, input_file: str | None) -> str:
 
 
 def _send(client: ControlClient, args: argparse.Namespace) -> int:
-    show = (
-        LiveView()
-        if args.stream == "on" or (args.stream == "auto" and sys.stdout.isatty())
-        else None
-    )
+    json_out = getattr(args, "json", False)
+    streaming = args.stream == "on" or (args.stream == "auto" and sys.stdout.isatty())
+    show = LiveView() if streaming and not json_out else None
     trace_id = secrets.token_hex(16)
+    if getattr(args, "verbose", False):  # before the answer: a long turn can be followed
+        print(f"trace {trace_id}  (goondan logs --trace {trace_id[:8]})", file=sys.stderr)
     try:
         result = client.send(
             args.text,
@@ -110,6 +110,18 @@ def _send(client: ControlClient, args: argparse.Namespace) -> int:
         else:
             print(f"goondan: cancelled {len(cancelled.turns)} turn(s)", file=sys.stderr)
         raise
+    if json_out:
+        error = result.error
+        answer = {
+            "reply": result.response if result.status == "ok" else None,
+            "traceId": trace_id,
+            "agent": result.target,
+            "instanceKey": result.instance_key or args.instance,
+        }
+        if error is not None:
+            answer["error"] = {"code": error.code, "message": error.message}
+        print(json.dumps(answer, ensure_ascii=False))
+        return 0 if result.status == "ok" else EXIT_FAILED
     if result.status == "ok":
         if show is not None and show.streamed:
             print()  # the text is on screen already
@@ -157,7 +169,23 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
     for p in status.processes:
         pid = p.pid if p.pid is not None else "-"
         print(f"{p.name:<24} {p.kind:<10} {pid:>8}  {p.status:<17} {p.restarts:>8}")
+        if p.last_exit is not None:
+            print(f"  {_last_exit(p.last_exit, p.status)}")
     return 0
+
+
+def _last_exit(last: wire.LastExit, status: str) -> str:
+    """`could not start at 12:00:01Z: No module named 'x'`, `last stop: SIGKILL at ...`."""
+    when = datetime.fromtimestamp(last.at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if last.signal is not None:
+        how = f"killed by {last.signal}"
+    elif last.code is not None:
+        how = f"exit code {last.code}"
+    else:
+        how = "never ran"
+    what = "could not start" if status == "notStarted" else "last stop"
+    error = f": {last.error}" if last.error else ""
+    return f"{what}: {how} at {when}{error}"
 
 
 def _restart(client: ControlClient, args: argparse.Namespace) -> int:

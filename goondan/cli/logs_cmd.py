@@ -64,8 +64,23 @@ class _Source:
             return b""
 
 
+MIN_TRACE_PREFIX = 6  # hex digits of a trace id `--trace` needs to tell traces apart
+ARGS_WIDTH = 80  # characters of a tool call's arguments a readable line shows
+
+
 def run_logs(args: argparse.Namespace) -> int:
     paths = StatePaths.at(args.state_root)
+    if getattr(args, "daemon", False):
+        return _daemon_log(paths, args)
+    if args.trace is not None:
+        args.trace = args.trace.strip().lower()
+        if len(args.trace) < MIN_TRACE_PREFIX:
+            print(
+                f"goondan: --trace needs at least {MIN_TRACE_PREFIX} characters of the trace "
+                f"id, got {args.trace!r}",
+                file=sys.stderr,
+            )
+            return 2
     sources: dict[Path, _Source] = {}
     json_out = args.json or not sys.stdout.isatty()
 
@@ -88,6 +103,18 @@ def run_logs(args: argparse.Namespace) -> int:
         if _wanted(e, args)
     ]
     events = sorted(history + scan(), key=lambda e: e.timestamp)
+    if args.trace is not None:
+        traces = sorted({e.trace_id for e in events})
+        if len(traces) > 1:
+            print(
+                f"goondan: --trace {args.trace} matches {len(traces)} traces; give more of it:",
+                *(f"  {t}" for t in traces[:20]),
+                sep="\n",
+                file=sys.stderr,
+            )
+            return 2
+        if traces:
+            args.trace = traces[0]  # followed on: the one trace, not every one with the prefix
     if not sources and not history and not args.follow:
         print(
             f"goondan: no runtime events under {paths.root} "
@@ -112,7 +139,7 @@ def _wanted(event: RuntimeEvent, args: argparse.Namespace) -> bool:
     return (
         (args.agent is None or event.agent_name == args.agent)
         and (args.instance is None or event.instance_key == args.instance)
-        and (args.trace is None or event.trace_id == args.trace)
+        and (args.trace is None or event.trace_id.startswith(args.trace))
     )
 
 
@@ -132,6 +159,12 @@ def render(event: RuntimeEvent) -> str:
     for key in ("toolName", "stepIndex", "status", "finishReason"):
         if key in data:
             details.append(str(data.pop(key)))
+    if "arguments" in data:  # tool.called
+        details.append(_one_line(str(data.pop("arguments")), ARGS_WIDTH))
+    if isinstance(data.get("progress"), int | float):  # tool.progress
+        details.append(f"{data.pop('progress') * 100:.0f}%")
+    if data.get("message") and event.type == "tool.progress":
+        details.append(_one_line(str(data.pop("message")), ARGS_WIDTH))
     if "duration" in data:
         details.append(f"{data.pop('duration')}ms")
     if "errorMessage" in data:
@@ -142,3 +175,60 @@ def render(event: RuntimeEvent) -> str:
         details.append(str(data.pop("approvalId")))
     where = f"{event.agent_name}/{event.instance_key}"
     return f"{clock} {where:<28} {event.type:<16} {' '.join(details)}  trace={event.trace_id[:8]}"
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _daemon_log(paths: StatePaths, args: argparse.Namespace) -> int:
+    """`logs --daemon`: the daemon's own log (`logs/daemon.log`, JSON lines), its last
+    `--lines` lines, then (with -f) what is appended, across rotations."""
+    path = paths.daemon_log
+    if not path.exists() and not args.follow:
+        print(f"goondan: no daemon log at {path}", file=sys.stderr)
+        return 1
+    source = _LineSource(path)
+    lines = source.read_new()
+    for line in lines[-args.lines :] if args.lines else lines:
+        _print_line(line)
+    if not args.follow:
+        return 0
+    try:
+        while True:
+            time.sleep(FOLLOW_INTERVAL_S)
+            for line in source.read_new():
+                _print_line(line)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _print_line(line: bytes) -> None:
+    sys.stdout.write(line.decode(errors="replace") + "\n")
+    sys.stdout.flush()
+
+
+class _LineSource:
+    """A log file's new complete lines; a rotation (a new inode) starts it from the top."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.inode = 0
+        self.partial = b""
+
+    def read_new(self) -> list[bytes]:
+        try:
+            with open(self.path, "rb") as f:
+                inode = os.fstat(f.fileno()).st_ino
+                if inode != self.inode:
+                    self.inode, self.offset, self.partial = inode, 0, b""
+                f.seek(self.offset)
+                fresh = f.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(fresh)
+        lines = (self.partial + fresh).split(b"\n")
+        self.partial = lines.pop()
+        return [line for line in lines if line.strip()]

@@ -234,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(--input-file), up to the 64 MiB message limit.",
         formatter_class=HelpFormatter,
         epilog="prints: the reply on stdout; on a terminal it appears as a streaming model "
-        "writes it, with tool progress on stderr (--stream); on a pipe, the whole reply once\n"
+        "writes it, with tool progress on stderr (--stream); on a pipe, the whole reply once; "
+        "--json: one JSON line with reply, traceId, agent, instanceKey (and error); -v: "
+        "`trace ID` on stderr first\n"
         "exit: 0 answered, 1 the request failed (the error on stderr), 2 no orchestrator "
         "running or bad usage, 130 Ctrl-C",
     )
@@ -260,6 +262,18 @@ def build_parser() -> argparse.ArgumentParser:
         type=_seconds,
         default=DEFAULTS.daemon.input_timeout_ms / 1000,
         help="seconds to wait for the reply (default: %(default)g)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"reply", "traceId", "agent", "instanceKey"} (and "error" when it '
+        "failed) as one JSON line instead of the reply; nothing is streamed",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="print the request's trace id on stderr first (for `goondan logs --trace`)",
     )
     p.add_argument("--state-root", help=STATE_ROOT_HELP)
 
@@ -324,12 +338,23 @@ def build_parser() -> argparse.ArgumentParser:
         "rotated to daemon.log.1, .2, ...",
         formatter_class=HelpFormatter,
         epilog="prints: one readable line per event on a terminal; JSON lines on a pipe or "
-        "file (--json: JSON lines on a terminal too). Piping into `head` is fine\n"
-        "exit: 0 done (Ctrl-C ends -f with 0 too), 1 no runtime events stored, 2 bad usage",
+        "file (--json: JSON lines on a terminal too). Piping into `head` is fine. --daemon: "
+        "the daemon log's JSON lines as written\n"
+        "exit: 0 done (Ctrl-C ends -f with 0 too), 1 no runtime events stored (--daemon: no "
+        "daemon log), 2 bad usage (a --trace prefix shorter than 6 or matching several traces)",
     )
     p.add_argument("--agent", help="only this agent")
     p.add_argument("--instance", help="only this instanceKey")
-    p.add_argument("--trace", help="only this traceId (one request across agents)")
+    p.add_argument(
+        "--trace",
+        help="only this traceId (one request across agents): the whole id or any unique "
+        "prefix of 6 or more characters, as `send -v` and `logs` print it",
+    )
+    p.add_argument(
+        "--daemon",
+        action="store_true",
+        help="show the daemon's own log (<state-root>/logs/daemon.log) instead; -f and -n work",
+    )
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new events")
     p.add_argument("-n", "--lines", type=int, default=200, help="last N events (0: all)")
     p.add_argument("--json", action="store_true", help="JSON lines even on a terminal")

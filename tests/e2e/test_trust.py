@@ -179,7 +179,7 @@ def test_a_ready_without_a_credential_is_refused(start_daemon, tmp_path):
     finally:
         mallory.close()
     row = daemon.process("other")
-    assert row["status"] == "terminated" and row["pid"] is None
+    assert row["status"] == "notStarted" and row["pid"] is None
 
 
 def test_a_wrong_key_is_refused_and_logged_once_per_interval(start_daemon, tmp_path):
@@ -193,7 +193,7 @@ def test_a_wrong_key_is_refused_and_logged_once_per_interval(start_daemon, tmp_p
     logs = daemon.logs()
     assert "swarm restart requested" not in logs
     assert logs.count("agents.sock peer refused") == 1  # the rest counted, not printed
-    assert daemon.process("other")["status"] == "terminated"
+    assert daemon.process("other")["status"] == "notStarted"
 
 
 def test_connector_events_and_restarts_cannot_be_forged(webhook):  # noqa: F811
