@@ -334,8 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="show runtime events (turns, steps, tool calls)",
         description="Show the runtime events of stored instances. Works with or without a "
         "running daemon. The daemon's own log (start, stop, crashes; a detached daemon's "
-        "agents' output too) is another file: <state-root>/logs/daemon.log, JSON lines, "
-        "rotated to daemon.log.1, .2, ...",
+        "agents' output too) is another file, shown with --daemon: "
+        "<state-root>/logs/daemon.log, JSON lines, rotated to daemon.log.1, .2, ...",
         formatter_class=HelpFormatter,
         epilog="prints: one readable line per event on a terminal; JSON lines on a pipe or "
         "file (--json: JSON lines on a terminal too). Piping into `head` is fine. --daemon: "
