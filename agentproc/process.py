@@ -545,9 +545,8 @@ class AgentProcess:
             instance.close()
         self.events.close()
         self.definition.executor.close()
-        if (
-            self._report_counts and COUNTERS.changed
-        ):  # the last turns' counts, before the process is gone
+        # The last turns' counts, before the process is gone.
+        if self._report_counts and COUNTERS.changed:
             self._send_counts()
         if self._shutdown is not None:
             self._send(wire.encode(wire.SHUTDOWN_ACK, self.name, wire.ORCHESTRATOR))
@@ -589,9 +588,7 @@ class AgentProcess:
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
-            if (
-                self._report_counts and COUNTERS.changed
-            ):  # the counts travel on the heartbeat, at most this often
+            if self._report_counts and COUNTERS.changed:  # on the heartbeat: one a second
                 self._send_counts()
             elif time.monotonic() - self._last_sent >= self._heartbeat_interval_s:
                 self._send(frame)

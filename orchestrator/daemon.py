@@ -147,6 +147,10 @@ class Daemon:
         return code, _answer_text(answer)
 
     def _startup(self) -> None:
+        if self.metrics_address is not None:  # bound first: a port in use stops the start
+            from orchestrator.metrics import MetricsServer  # prometheus-client only if asked
+
+            self._metrics_server = MetricsServer(*self.metrics_address)
         open_files = _raise_open_files_limit()  # before any agent: they inherit it
         agents_endpoint = ipc_endpoint(self.paths.agents_socket)
         control_endpoint = ipc_endpoint(self.paths.control_socket)
@@ -264,15 +268,14 @@ class Daemon:
             )
 
     async def _start_metrics(self) -> None:
-        if self.metrics_address is None:
+        if self._metrics_server is None:
             return
-        from orchestrator import metrics  # prometheus-client only when asked for
+        from orchestrator import metrics
 
         requests, self._usage = metrics.RequestStats(), metrics.AgentUsage()
         self.router.on_finished = requests.finished
         collector = metrics.DaemonCollector(self.supervisor, self.router, requests, self._usage)
-        self._metrics_server = metrics.MetricsServer(*self.metrics_address, collector)
-        await self._metrics_server.start()
+        await self._metrics_server.start(collector)
 
     def _redeliver_journal(self) -> None:
         """Inputs accepted by an earlier run that never got their answer: deliver them again."""

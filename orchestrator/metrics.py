@@ -12,6 +12,7 @@ routing callbacks, never while one changes it.
 from __future__ import annotations
 
 import bisect
+import socket
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -29,6 +30,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ipc import wire
+from ipc.endpoints import EndpointError
 
 if TYPE_CHECKING:
     from orchestrator.router import InFlight, Router
@@ -184,38 +186,48 @@ class DaemonCollector(Collector):
 
 
 class MetricsServer:
-    """`/metrics` over HTTP, on the daemon's loop."""
+    """`/metrics` over HTTP, on the daemon's loop. The port is bound when it is made, so that a
+    port in use stops the daemon's start before it says it is ready."""
 
-    def __init__(self, host: str, port: int, collector: DaemonCollector) -> None:
+    def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(collector)
-        ProcessCollector(registry=self.registry)  # the daemon's own CPU, memory, open files
+        try:
+            family, kind, proto, _, address = socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )[0]
+            self._sock: socket.socket | None = socket.create_server(address, family=family)
+        except OSError as exc:  # the port taken, an address not ours: say so, start nothing
+            raise EndpointError(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from None
         self._runner: web.AppRunner | None = None
         self._log = structlog.get_logger().bind(component="metrics")
 
-    async def start(self) -> None:
+    async def start(self, collector: DaemonCollector) -> None:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        ProcessCollector(registry=registry)  # the daemon's own CPU, memory, open files
+
+        async def metrics(request: web.Request) -> web.Response:
+            body = generate_latest(registry)
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
         app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/metrics", metrics)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
+        assert self._sock is not None
+        await web.SockSite(runner, self._sock).start()
         self._runner = runner
         self._log.info("metrics served", url=f"http://{self.host}:{self.port}/metrics")
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def aclose(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
 
 __all__ = [

@@ -359,13 +359,13 @@ class Router:
         if pending is None:
             return None
         self._by_target[pending.target].pop(oid, None)
-        if self.on_finished is not None:
-            self.on_finished(pending, outcome)
         if self._on_settled is not None:
             try:
                 self._on_settled(pending)
             except Exception:  # bookkeeping must not cost the requester its answer
                 self._log.exception("settling a request failed", oid=oid)
+        if self.on_finished is not None:
+            self.on_finished(pending, outcome)  # counting: additions that do not raise
         return pending
 
     def _is_open(self, pending: InFlight) -> bool:

@@ -115,6 +115,9 @@ def run_logs(args: argparse.Namespace) -> int:
             return 2
         if traces:
             args.trace = traces[0]  # followed on: the one trace, not every one with the prefix
+        elif not args.follow:
+            print(f"goondan: no runtime events of trace {args.trace}", file=sys.stderr)
+            return 1
     if not sources and not history and not args.follow:
         print(
             f"goondan: no runtime events under {paths.root} "

@@ -340,8 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="prints: one readable line per event on a terminal; JSON lines on a pipe or "
         "file (--json: JSON lines on a terminal too). Piping into `head` is fine. --daemon: "
         "the daemon log's JSON lines as written\n"
-        "exit: 0 done (Ctrl-C ends -f with 0 too), 1 no runtime events stored (--daemon: no "
-        "daemon log), 2 bad usage (a --trace prefix shorter than 6 or matching several traces)",
+        "exit: 0 done (Ctrl-C ends -f with 0 too), 1 no runtime events stored (--trace: none "
+        "of that trace; --daemon: no daemon log), 2 bad usage (a --trace prefix shorter "
+        "than 6, or matching several traces)",
     )
     p.add_argument("--agent", help="only this agent")
     p.add_argument("--instance", help="only this instanceKey")

@@ -82,6 +82,7 @@ def test_unsigned_and_tampered_requests_are_refused(webhook, state_root):
 def test_ingress_rules_pick_the_conversation(webhook, state_root):
     daemon, port = webhook
     status, body = post(port, {"text": "hello", "properties": {"caller": "alice"}})
+    assert len(body.pop("traceId")) == 32  # what `goondan logs --trace` finds its turn by
     assert status == 202 and body == {
         "accepted": True,
         "agent": "responder",

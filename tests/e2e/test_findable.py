@@ -90,6 +90,8 @@ def test_send_json_and_verbose_give_the_trace_that_logs_finds_by_prefix(start_da
 
     short = logs(daemon, "--trace", trace[:5])
     assert short.returncode == 2 and "at least 6" in short.stderr
+    unknown = logs(daemon, "--trace", "zzzzzz")
+    assert unknown.returncode == 1 and "no runtime events of trace zzzzzz" in unknown.stderr
 
     # Readable lines show the tool's arguments on one line, and its progress.
     readable = logs(daemon, "--trace", trace[:8], tty=True)

@@ -40,6 +40,9 @@ spec:
           - call: calc__add
             args: {a: 2, b: 3}
           - reply: "the sum is {{result.sum}}, as computed"
+      - when: "ping"
+        steps:
+          - reply: "pong"
 ---
 apiVersion: goondan.ai/v1
 kind: Tool
@@ -105,6 +108,27 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+LABELS = {
+    "goondan_llm_requests_total": ("agent", "model", "outcome"),
+    "goondan_tool_calls_total": ("agent", "tool", "outcome"),
+    "goondan_requests_total": ("agent", "outcome"),
+}
+
+
+def until(port: int, expected: dict[tuple[str, tuple[str, ...]], float]) -> Samples:
+    """Scrape until every expected sample has its value (the agents' counts come on their
+    next heartbeat); the last scrape."""
+
+    def seen() -> Samples | None:
+        samples = scrape(port)[1]
+        for (name, labels), want in expected.items():
+            if value(samples, name, **dict(zip(LABELS[name], labels, strict=True))) != want:
+                return None
+        return samples
+
+    return wait_for(seen, 20, what=f"metrics {expected}")
+
+
 def test_metrics_after_a_delegation_with_a_tool_call(start_daemon, tmp_path):
     bundle = write_bundle(tmp_path / "b", BUNDLE, {"calc.py": CALC})
     port = free_port()
@@ -135,20 +159,20 @@ def test_metrics_after_a_delegation_with_a_tool_call(start_daemon, tmp_path):
     assert value(samples, "goondan_agent_restarts_total", agent="worker") == 0
 
     # The agents' own counts come on their next heartbeat (one a second at most).
-    def counted() -> Samples | None:
-        samples = scrape(port)[1]
-        tools = value(
-            samples, "goondan_tool_calls_total", agent="worker", tool="calc__add", outcome="ok"
-        )
-        return samples if tools == 1 else None
-
-    samples = wait_for(counted, 15)
-    llm = "goondan_llm_requests_total"
-    assert value(samples, llm, agent="worker", model="work-model", outcome="ok") == 2
-    assert value(samples, llm, agent="coordinator", model="coord-model", outcome="ok") == 2
-    tools = "goondan_tool_calls_total"
-    assert value(samples, tools, agent="coordinator", tool="agents__request", outcome="ok") == 1
-    tokens = "goondan_llm_tokens_total"
+    llm, tokens, tools = (
+        "goondan_llm_requests_total",
+        "goondan_llm_tokens_total",
+        "goondan_tool_calls_total",
+    )
+    samples = until(
+        port,
+        {
+            (llm, ("worker", "work-model", "ok")): 2,
+            (llm, ("coordinator", "coord-model", "ok")): 2,
+            (tools, ("worker", "calc__add", "ok")): 1,
+            (tools, ("coordinator", "agents__request", "ok")): 1,
+        },
+    )
     assert value(samples, tokens, agent="worker", model="work-model", direction="output") > 0
 
     # SIGKILL the worker: it respawns, and no counter goes backwards.
@@ -161,22 +185,21 @@ def test_metrics_after_a_delegation_with_a_tool_call(start_daemon, tmp_path):
         if key[0].endswith("_total") or key[0].endswith("_count"):
             assert after_kill.get(key, 0.0) >= before, key
 
-    # The respawned worker counts on from there: its new counts add to the old ones.
-    proc = daemon.send("add again")
-    assert proc.returncode == 0, proc.stderr
+    # The respawned worker counts from zero again, and its counts add to the old ones: one
+    # model call now, after the two of the killed process.
+    proc = daemon.send("ping", "--agent", "worker")
+    assert proc.returncode == 0 and proc.stdout.strip() == "pong", proc.stderr
+    until(
+        port,
+        {
+            (llm, ("worker", "work-model", "ok")): 3,
+            (tools, ("worker", "calc__add", "ok")): 1,
+            (total, ("worker", "ok")): 2,
+        },
+    )
 
-    def counted_again() -> Samples | None:
-        samples = scrape(port)[1]
-        tools = value(samples, tools_name, agent="worker", tool="calc__add", outcome="ok")
-        return samples if tools == 2 else None
 
-    tools_name = "goondan_tool_calls_total"
-    samples = wait_for(counted_again, 15)
-    assert value(samples, llm, agent="worker", model="work-model", outcome="ok") == 4
-    assert value(samples, total, agent="worker", outcome="ok") == 2
-
-
-def test_metrics_are_off_by_default_and_a_bad_address_is_refused(tmp_path, state_root):
+def test_a_bad_metrics_address_is_refused(tmp_path, state_root):
     bundle = write_bundle(tmp_path / "b", BUNDLE, {"calc.py": CALC})
     proc = goondan("run", str(bundle), "--state-root", str(state_root), "--metrics", "nope")
     assert proc.returncode == 2
@@ -185,3 +208,20 @@ def test_metrics_are_off_by_default_and_a_bad_address_is_refused(tmp_path, state
     proc = goondan("run", str(bundle), "--state-root", str(state_root), env=env)
     assert proc.returncode == 2
     assert "HOST:PORT" in proc.stderr
+
+
+def test_a_metrics_port_in_use_is_refused_with_the_reason(tmp_path, state_root):
+    import socket
+
+    bundle = write_bundle(tmp_path / "b", BUNDLE, {"calc.py": CALC})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = goondan(
+            "run", str(bundle), "--state-root", str(state_root), "--metrics", f"127.0.0.1:{port}"
+        )
+    assert proc.returncode == 1
+    assert f"goondan: cannot serve metrics on 127.0.0.1:{port}" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (state_root / "run" / "orchestrator.json").exists()
