@@ -232,3 +232,26 @@ async def test_a_request_with_a_time_limit_that_is_not_positive_is_refused(setup
     assert result.status == "error" and result.error is not None
     assert "timeoutMs" in result.error.message
     assert outbox.to_agents == [] and router.pending == {}
+
+
+async def test_metrics_hear_each_settled_request_with_its_outcome(setup):
+    router, outbox, _ = setup
+    finished: list[tuple[str, str, bool]] = []
+    router.on_finished = lambda request, outcome: finished.append(
+        (request.target, outcome, request.started > 0)
+    )
+    outbox.running.add("b")
+    router.agent_ready("b")
+    router.delegate(Requester("agent", b"a", "c1"), delegate("b", cid="c1"))
+    router.result(*reply_to(outbox.to_agents[-1][1], "pong"))
+    router.delegate(Requester("agent", b"a", "c2"), delegate("b", cid="c2"))
+    forwarded = outbox.to_agents[-1][1]
+    failed = wire.DelegateResult("error", "b", error=wire.ErrorInfo("E_X", "no"))
+    frame = wire.encode(
+        wire.DELEGATE_RESULT, "b", "a", failed, correlation_id=forwarded.correlation_id
+    )
+    router.result(wire.decode(frame), "b")
+    router.delegate(Requester("agent", b"a", "c3"), delegate("b", cid="c3", timeout_ms=20))
+    await asyncio.sleep(0.2)
+    router.delegate(Requester("agent", b"a", "c4"), delegate("nobody", cid="c4"))  # not routed
+    assert finished == [("b", "ok", True), ("b", "error", True), ("b", "timeout", True)]
