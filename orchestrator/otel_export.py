@@ -158,8 +158,8 @@ class TracedRouter(Router):
                 request.error = "malformed answer"
         super().result(env, sender)
 
-    def _finish(self, oid: str) -> InFlight | None:
-        pending = super()._finish(oid)
+    def _finish(self, oid: str, outcome: str = "error") -> InFlight | None:
+        pending = super()._finish(oid, outcome)
         request = self._open.pop(oid, None)
         if request is not None and pending is not None:
             if request.error is False:  # no answer: the reason comes in `_answer_error`

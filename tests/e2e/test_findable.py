@@ -9,8 +9,9 @@ import re
 import shutil
 import signal
 import subprocess
+from typing import Any
 
-from tests.e2e.conftest import GOONDAN, REPO, solo_bundle, wait_for
+from tests.e2e.conftest import GOONDAN, REPO, Daemon, solo_bundle, wait_for
 from tests.e2e.test_connectors import free_port
 
 TOOL = """\
@@ -21,7 +22,7 @@ def run(ctx, args):
 handlers = {"run": run}
 """
 
-RULES = [
+RULES: list[dict[str, Any]] = [
     {
         "when": "work",
         "steps": [
@@ -33,13 +34,13 @@ RULES = [
 ]
 
 
-def logs(daemon, *args: str, tty: bool = False) -> subprocess.CompletedProcess[str]:
+def logs(daemon: Daemon, *args: str, tty: bool = False) -> subprocess.CompletedProcess[str]:
     if not tty:
         return daemon.cli("logs", *args)
     return on_terminal(daemon, "logs", *args)
 
 
-def on_terminal(daemon, *args: str) -> subprocess.CompletedProcess[str]:
+def on_terminal(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
     """Run a command with stdout on a pseudo-terminal: its readable output."""
     import pty
 
@@ -75,17 +76,20 @@ def test_send_json_and_verbose_give_the_trace_that_logs_finds_by_prefix(start_da
 
     proc = daemon.send("hello", "-v")
     assert proc.returncode == 0 and proc.stdout.strip() == "hi there"
-    verbose_trace = re.search(r"trace ([0-9a-f]{32})", proc.stderr).group(1)
+    found_trace = re.search(r"trace ([0-9a-f]{32})", proc.stderr)
+    assert found_trace is not None, proc.stderr
+    verbose_trace = found_trace.group(1)
     assert verbose_trace != trace
 
     # Any unique prefix of six or more finds the one trace; JSON lines on a pipe.
-    def completed() -> list[dict] | None:  # the agent writes its events in batches
+    def completed() -> list[dict[str, Any]] | None:  # the agent writes its events in batches
         found = logs(daemon, "--trace", trace[:6].upper())
         assert found.returncode == 0, found.stderr
         events = [json.loads(line) for line in found.stdout.splitlines()]
         return events if "turn.completed" in {e["type"] for e in events} else None
 
     events = wait_for(completed, 20)
+    assert events is not None
     assert {e["traceId"] for e in events} == {trace}
 
     short = logs(daemon, "--trace", trace[:5])
@@ -145,11 +149,12 @@ def test_status_says_why_a_process_stopped_and_that_a_connector_never_started(
     )
     daemon = start_daemon(bundle, env={"WEBHOOK_SECRET": ""})  # no secret: cannot start
 
-    def connector() -> dict | None:
+    def connector() -> dict[str, Any] | None:
         row = daemon.process("http-in")
         return row if row.get("lastExit") else None
 
     row = wait_for(connector, 20)
+    assert row is not None
     assert row["status"] == "notStarted" and row["pid"] is None
     assert "REQUIRE_SIGNATURE" in row["lastExit"]["error"]
     assert row["lastExit"]["at"] > 0
@@ -167,10 +172,10 @@ def test_status_says_why_a_process_stopped_and_that_a_connector_never_started(
     table = on_terminal(daemon, "status")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    connector = lines.index(next(line for line in lines if line.startswith("http-in")))
-    assert "notStarted" in lines[connector]
-    assert lines[connector + 1].strip().startswith("could not start: exit code 3 at ")
-    assert "REQUIRE_SIGNATURE" in lines[connector + 1]
+    at = lines.index(next(line for line in lines if line.startswith("http-in")))
+    assert "notStarted" in lines[at]
+    assert lines[at + 1].strip().startswith("could not start: exit code 3 at ")
+    assert "REQUIRE_SIGNATURE" in lines[at + 1]
     responder = lines.index(next(line for line in lines if line.startswith("responder")))
     assert lines[responder + 1].strip().startswith("last stop: killed by SIGKILL at ")
 
@@ -196,15 +201,17 @@ def test_the_daemon_log_is_written_in_the_foreground_and_shown_by_logs_daemon(
         stdout=subprocess.PIPE,
         text=True,
     )
+    out = follow.stdout
+    assert out is not None
     try:
-        assert follow.stdout.readline()  # the last line so far: it follows from here on
+        assert out.readline()  # the last line so far: it follows from here on
         daemon.cli("restart", "--agent", "solo")
         line = ""
         while "agent process exited" not in line:  # logged by the restart, not before
-            line = follow.stdout.readline()
+            line = out.readline()
             assert line, "logs -f ended"
     finally:
         follow.send_signal(signal.SIGINT)
         follow.wait(10)
-        follow.stdout.close()
+        out.close()
     assert follow.returncode == 0

@@ -126,7 +126,9 @@ def until(port: int, expected: dict[tuple[str, tuple[str, ...]], float]) -> Samp
                 return None
         return samples
 
-    return wait_for(seen, 20, what=f"metrics {expected}")
+    samples = wait_for(seen, 20, what=f"metrics {expected}")
+    assert samples is not None
+    return samples
 
 
 def test_metrics_after_a_delegation_with_a_tool_call(start_daemon, tmp_path):
