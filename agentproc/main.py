@@ -9,6 +9,7 @@ import signal
 import sys
 from typing import Any
 
+import msgspec
 import structlog
 
 from agentproc import tracing
@@ -203,6 +204,11 @@ def _make_parser() -> argparse.ArgumentParser:
         type=int,
         help="an inherited pipe with the credential to present to the orchestrator",
     )
+    parser.add_argument(
+        "--tls-fd",
+        type=int,
+        help="an inherited pipe with the TLS certificate, key and CA for a tls:// endpoint",
+    )
     return parser
 
 
@@ -249,6 +255,11 @@ def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
     set_title(f"goondan: agent {args.agent} ({args.swarm})")
     if credential is None and args.credential_fd is not None:
         credential = read_credential_fd(args.credential_fd)
+    if args.tls_fd is not None:  # an agent on another machine (agentproc.ray_actor)
+        from ipc import tls
+
+        pem = msgspec.json.decode(read_credential_fd(args.tls_fd), type=tls.ClientCredentials)
+        tls.set_client_context(tls.client_context(pem))
     die_with_parent(args.parent_pid)
     if args.nice > 0:
         os.nice(args.nice)  # before any thread starts: threads take their creator's

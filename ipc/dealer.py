@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Callable
 from typing import cast
 
-from ipc import zmtp
+from ipc import tls, zmtp
 from ipc.tasks import TaskSet
 
 Frames = list[bytes]
@@ -40,8 +40,12 @@ class Dealer:
         properties: dict[bytes, bytes] | None = None,
     ) -> None:
         """`properties` go in our READY besides the identity (a child's credential)."""
-        if not endpoint.startswith("ipc://"):
-            raise ValueError(f"an agent connects to an ipc:// endpoint, not {endpoint!r}")
+        if endpoint.startswith("tls://"):  # an agent on another machine (`ipc.tls`)
+            self._tcp: tuple[str, int] | None = tls.parse_endpoint(endpoint)
+        elif endpoint.startswith("ipc://"):
+            self._tcp = None
+        else:
+            raise ValueError(f"an agent connects to an ipc:// or tls:// endpoint, not {endpoint!r}")
         self.endpoint = endpoint
         self._path = endpoint.removeprefix("ipc://")
         self._ready_command = zmtp.ready(b"DEALER", identity.encode(), properties)
@@ -98,7 +102,13 @@ class Dealer:
         loop = asyncio.get_running_loop()
         while not self._closed:
             try:
-                await loop.create_unix_connection(lambda: _Connection(self), self._path)
+                if self._tcp is None:
+                    await loop.create_unix_connection(lambda: _Connection(self), self._path)
+                else:
+                    host, port = self._tcp
+                    await loop.create_connection(
+                        lambda: _Connection(self), host, port, ssl=tls.get_client_context()
+                    )
                 return
             except OSError:  # not listening (yet or any more): as libzmq, try again
                 await asyncio.sleep(RECONNECT_S)

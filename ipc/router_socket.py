@@ -39,13 +39,14 @@ import os
 import resource
 import secrets
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
-from ipc import zmtp
+from ipc import tls, zmtp
 from ipc.router_limits import DEFAULT_LIMITS, RouterLimits
 from ipc.tasks import TaskSet
 
@@ -123,6 +124,7 @@ class RouterSocket:
         self._sock = _bind(
             self.path, limits.backlog
         )  # connections wait in the backlog until `start`
+        self._tls_server: asyncio.AbstractServer | None = None
 
     def start(self) -> None:
         # kept: CPython 3.11's get_running_loop() makes a getpid() system call each time
@@ -130,6 +132,24 @@ class RouterSocket:
         if self._max_connections is None:
             self._max_connections = connection_cap(DEFAULT_FD_SHARE, self._limits.fd_reserve)
         self._resume_accepting()
+
+    async def listen_tls(self, host: str, port: int, context: ssl.SSLContext) -> tuple[str, int]:
+        """Also accept peers over TCP with mutual TLS (agents on other machines): the same
+        identities, handshake deadline and limits. Returns the address bound (port 0: any)."""
+
+        def new_peer() -> _Peer:
+            return _Peer(self, accepted=False)
+
+        self._tls_server = await self._loop.create_server(
+            new_peer,
+            host,
+            port,
+            ssl=context,
+            ssl_handshake_timeout=self._handshake_timeout_s,
+            backlog=self._limits.backlog,
+        )
+        bound = self._tls_server.sockets[0].getsockname()
+        return str(bound[0]), int(bound[1])
 
     def send(self, frames: Frames) -> None:
         """`frames[0]` is the peer's identity. Never blocks; raises `Unroutable`, and
@@ -195,6 +215,8 @@ class RouterSocket:
         if self._listening:
             self._loop.remove_reader(self._sock.fileno())
         self._sock.close()
+        if self._tls_server is not None:
+            self._tls_server.close()
         for peer in list(self._connections):
             peer.transport.close()
         self._peers.clear()
@@ -301,7 +323,8 @@ class RouterSocket:
     # -- peers ---------------------------------------------------------------------------------
 
     def _connected(self, peer: _Peer) -> None:
-        self._accepting -= 1
+        if peer.accepted:
+            self._accepting -= 1
         if self._closed:
             peer.transport.close()
             return
@@ -401,8 +424,10 @@ class _Refused(zmtp.ProtocolError):
 class _Peer(asyncio.Protocol):
     """One connection: the handshake, then its messages, tagged with its identity."""
 
-    def __init__(self, router: RouterSocket) -> None:
+    def __init__(self, router: RouterSocket, *, accepted: bool = True) -> None:
+        """`accepted`: counted in the router's `_accepting` (ours, not a TLS server's)."""
         self._router = router
+        self.accepted = accepted
         self._reader = zmtp.Reader(self._on_message, self._on_command)
         self.identity: bytes | None = None  # known once its READY came
         self.outbox: list[bytes] = []  # sent since the router's last flush
@@ -455,6 +480,10 @@ class _Peer(asyncio.Protocol):
             found = zmtp.properties(data)
             # libzmq gives a peer without an identity a generated one that starts with 0
             identity = found.get(b"Identity") or b"\0" + secrets.token_bytes(4)
+            if not self.accepted:  # over TLS: who the certificate says it is
+                found[tls.PEER_NAME_PROPERTY] = (
+                    tls.peer_name(self.transport.get_extra_info("ssl_object")) or b""
+                )
             admit = self._router._admit
             refused = admit(identity, found) if admit is not None else None
             if refused is not None:

@@ -363,6 +363,7 @@ class ProcessInfo(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel
     status: str
     restarts: int
     last_exit: LastExit | None = None
+    node: str | None = None  # a Ray-placed agent's node (`run --placement ray`)
 
 
 class Status(msgspec.Struct, frozen=True, rename="camel"):

@@ -52,6 +52,7 @@ from orchestrator.watch import watch
 
 if TYPE_CHECKING:
     from orchestrator.metrics import AgentUsage, MetricsServer
+    from orchestrator.ray_placement import RayPlacement
 
 # A journaled input delivered again after a restart that fails with one of these is delivered
 # once more later: a disk with room again, or an agent that no longer crashes, may answer it.
@@ -123,6 +124,7 @@ class Daemon:
         self.metrics_address: tuple[str, int] | None = None
         self._usage: AgentUsage | None = None
         self._metrics_server: MetricsServer | None = None
+        self.placement: RayPlacement | None = None  # `run --placement ray`
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -184,6 +186,18 @@ class Daemon:
             output_fd=self.child_output,
         )
         self.launcher: AgentLauncher = make_launcher(self.settings.daemon.spawn, launch_spec)
+        if self.placement is not None:  # `--placement ray`: Ray is imported from here only
+            from orchestrator.ray_placement import place
+
+            self.launcher = place(
+                self.launcher,
+                self.placement,
+                launch_spec,
+                self.bundle,
+                self.swarm,
+                self.agents,
+                self.paths.root / "tls",
+            )
         connections = swarm_connections(self.bundle, self.swarm)
         # Reloads, control commands, the template's start and the bundle watch; `_shutdown`
         # waits for them. The supervisor, launcher and notifier own theirs.

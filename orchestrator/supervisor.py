@@ -183,6 +183,7 @@ class Supervisor:
                 s.status,
                 s.restarts,
                 s.last_exit,
+                node=getattr(s.process, "node", None),  # where a Ray-placed process runs
             )
             for s in self.slots.values()
         ]

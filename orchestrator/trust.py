@@ -4,7 +4,9 @@ A peer is admitted on its ZMTP READY when its identity is a slot of the swarm an
 - that slot's credential for the launch under way (a child the supervisor started): only the
   current incarnation of a slot can take its identity; or
 - the operator's key (`run/peer.key`) for an agent slot with no process of its own: an
-  external agent, such as the bench's driver, that says `ready` itself.
+  external agent, such as the bench's driver, that says `ready` itself (not over TLS).
+A peer over the TLS link (an agent on another machine) must also hold a certificate of the
+orchestrator's CA issued in that slot's name.
 Everything else is refused. What an admitted peer may send depends on its slot's kind.
 """
 
@@ -19,6 +21,7 @@ import msgspec
 
 from ipc import wire
 from ipc.credential import CREDENTIAL_PROPERTY, new_credential
+from ipc.tls import PEER_NAME_PROPERTY
 from orchestrator.supervisor import ProcessKind, Slot
 
 How = Literal["child", "external"]
@@ -55,8 +58,13 @@ def admit(slot: Slot | None, properties: dict[bytes, bytes], peer_key: bytes) ->
     if presented is None:
         raise Refused("no credential")
     launch = slot.credential
+    over_tls = properties.get(PEER_NAME_PROPERTY)  # a remote agent (`ipc.tls`)
+    if over_tls is not None and over_tls != slot.name.encode():
+        raise Refused("its certificate is not this agent's")
     if launch is not None and hmac.compare_digest(presented, launch):
         return Admitted("child", launch)
+    if over_tls is not None:
+        raise Refused("wrong credential")  # the operator's key is for this machine only
     if hmac.compare_digest(presented, peer_key):
         if slot.kind != "agent":
             raise Refused("the operator's key is for agents, not connectors")

@@ -133,6 +133,15 @@ class AgentCompaction(msgspec.Struct, frozen=True):
     model_ref: ObjectRef
 
 
+class AgentResources(msgspec.Struct, frozen=True):
+    """`Agent.spec.resources`: what a Ray-placed agent's actor reserves on its node."""
+
+    cpus: float | None = None
+    memory_mb: float | None = None
+    gpus: float | None = None
+    custom: dict[str, float] = {}
+
+
 class AgentSpec(msgspec.Struct, frozen=True):
     model_config: AgentModelConfig
     prompt: AgentPrompt | None = None
@@ -141,6 +150,10 @@ class AgentSpec(msgspec.Struct, frozen=True):
     required_tools: tuple[str, ...] = ()
     tool_policy: ToolPolicySpec = ToolPolicySpec()
     compaction: AgentCompaction | None = None
+    # Where its process runs: "local" (a child of the orchestrator) or "ray" (an actor on a
+    # Ray cluster); None: the run's `--placement`.
+    placement: str | None = None
+    resources: AgentResources = AgentResources()
 
 
 class ShutdownPolicy(msgspec.Struct, frozen=True):

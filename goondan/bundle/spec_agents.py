@@ -12,6 +12,7 @@ from goondan.bundle.model import (
     AgentCompaction,
     AgentModelConfig,
     AgentPrompt,
+    AgentResources,
     AgentSpec,
     BudgetPolicy,
     LifecyclePolicy,
@@ -182,6 +183,8 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
         "requiredTools",
         "toolPolicy",
         "compaction",
+        "placement",
+        "resources",
     )
     data = chk.mapping(SPEC, spec, allowed, ("modelConfig",))
     if data is None:
@@ -210,6 +213,8 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
                 required.append(tool)
     tool_policy = parse_tool_policy(chk, data.get("toolPolicy"), SPEC)
     compaction = _compaction(chk, data.get("compaction"))
+    placement = _placement(chk, data.get("placement"))
+    resources = _resources(chk, data.get("resources"))
     if not chk.clean_since(mark) or model_config is None:
         return None
     return AgentSpec(
@@ -220,6 +225,59 @@ def parse_agent(chk: Checker, spec: Any, name: str | None) -> AgentSpec | None:
         required_tools=tuple(required),
         tool_policy=tool_policy,
         compaction=compaction,
+        placement=placement,
+        resources=resources,
+    )
+
+
+PLACEMENTS = ("local", "ray")
+
+
+def _placement(chk: Checker, value: Any) -> str | None:
+    """`placement: local | ray` (absent: the run's `--placement`)."""
+    if value is None:
+        return None
+    if value not in PLACEMENTS:
+        hit = closest(str(value), PLACEMENTS)
+        chk.error(
+            (*SPEC, "placement"),
+            f"must be one of {', '.join(PLACEMENTS)}, got {value!r}",
+            f"did you mean '{hit}'?" if hit else "write 'local' or 'ray'",
+        )
+        return None
+    return str(value)
+
+
+def _resources(chk: Checker, value: Any) -> AgentResources:
+    """`resources: {cpus, memoryMB, gpus, custom: {name: amount}}`: what the agent's Ray actor
+    reserves (amounts >= 0)."""
+    if value is None:
+        return AgentResources()
+    path = (*SPEC, "resources")
+    data = chk.mapping(path, value, ("cpus", "memoryMB", "gpus", "custom")) or {}
+    amounts: dict[str, float | None] = {}
+    for key in ("cpus", "memoryMB", "gpus"):
+        if data.get(key) is not None:
+            amounts[key] = chk.number((*path, key), data[key], low=0)
+    custom: dict[str, float] = {}
+    if data.get("custom") is not None:
+        raw = data["custom"]
+        if not isinstance(raw, dict):
+            chk.error((*path, "custom"), "must be a mapping of resource name to amount")
+        else:
+            for name, amount in raw.items():
+                item = (*path, "custom", name)
+                if not isinstance(name, str) or not name:
+                    chk.error(item, "a resource name must be a non-empty string")
+                    continue
+                number = chk.number(item, amount, low=0)
+                if number is not None:
+                    custom[name] = number
+    return AgentResources(
+        cpus=amounts.get("cpus"),
+        memory_mb=amounts.get("memoryMB"),
+        gpus=amounts.get("gpus"),
+        custom=custom,
     )
 
 

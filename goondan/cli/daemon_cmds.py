@@ -165,10 +165,13 @@ def _status(client: ControlClient, args: argparse.Namespace) -> int:
     print(f"orchestrator  pid {status.pid}  swarm {status.swarm}  since {started}")
     print(f"bundle        {status.bundle}")
     print()
-    print(f"{'NAME':<24} {'KIND':<10} {'PID':>8}  {'STATUS':<17} {'RESTARTS':>8}")
+    placed = any(p.node for p in status.processes)  # a NODE column for a Ray-placed swarm
+    node_header = "  NODE" if placed else ""
+    print(f"{'NAME':<24} {'KIND':<10} {'PID':>8}  {'STATUS':<17} {'RESTARTS':>8}{node_header}")
     for p in status.processes:
         pid = p.pid if p.pid is not None else "-"
-        print(f"{p.name:<24} {p.kind:<10} {pid:>8}  {p.status:<17} {p.restarts:>8}")
+        node = f"  {p.node or 'local'}" if placed else ""
+        print(f"{p.name:<24} {p.kind:<10} {pid:>8}  {p.status:<17} {p.restarts:>8}{node}")
         if p.last_exit is not None:
             print(f"  {_last_exit(p.last_exit, p.status)}")
     return 0

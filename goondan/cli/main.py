@@ -225,6 +225,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve Prometheus metrics at http://HOST:PORT/metrics (default: $GOONDAN_METRICS, "
         "else off); see docs/metrics.md",
     )
+    p.add_argument(
+        "--placement",
+        choices=("local", "ray"),
+        default="local",
+        help="where agents run by default: local child processes (the default), or actors on "
+        "a Ray cluster (the `ray` extra); an agent's spec.placement overrides it",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="with --placement ray: the Ray cluster to join "
+        "(default: $GOONDAN_RAY_ADDRESS, else Ray's own default)",
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="with --placement ray: where Ray-placed agents connect back, over mutual TLS "
+        "(default: 127.0.0.1:0, any free port; firewall it to the cluster's nodes)",
+    )
 
     p = sub.add_parser(
         "send",

@@ -9,6 +9,7 @@ import select
 import sys
 import time
 import traceback
+from typing import TYPE_CHECKING
 
 # Light imports only (`goondan` has asyncio, msgspec and structlog already): the agent
 # template is forked from this process before the orchestrator and the bundle are imported.
@@ -19,6 +20,9 @@ from goondan.logs import LogFile, OutputPipe, configure_logging, rotate_files
 from goondan.paths import StatePaths
 from goondan.settings import Settings, from_run_args
 from orchestrator.systemd import Notifier
+
+if TYPE_CHECKING:
+    from orchestrator.daemon import Daemon
 
 # How long `run --detach` waits for the daemon to be ready before it gives up waiting (the
 # daemon goes on starting). Start-up takes well under a second; a bundle on a slow network
@@ -111,6 +115,9 @@ def _serve(
         daemon.metrics_address = args.metrics
         host, port = args.metrics
         os.environ["GOONDAN_METRICS"] = f"{host}:{port}"  # agents then send their counts
+    if (problem := _placement(args, daemon)) is not None:
+        print(f"goondan: {problem}", file=sys.stderr)
+        return 1
     if output is not None:
         daemon.child_output = output.write_fd
         daemon.notifier = _DetachedNotifier(paths)
@@ -147,6 +154,27 @@ def _serve(
         else:
             print(answer, file=sys.stdout if code == 0 else sys.stderr)
     return code
+
+
+def _placement(args: argparse.Namespace, daemon: Daemon) -> str | None:
+    """Sets the daemon's Ray placement for `--placement ray`; the reason it cannot run, or None."""
+    from orchestrator.ray_placement import PlacementError, RayPlacement, ray_agents
+
+    mode = getattr(args, "placement", "local")
+    try:
+        ray_agents(daemon.bundle, daemon.swarm, mode)
+    except PlacementError as exc:
+        return str(exc)
+    if mode != "ray":
+        if args.listen or args.ray_address:
+            return "--listen and --ray-address are for --placement ray"
+        return None
+    listen = args.listen or RayPlacement().listen
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return f"--listen {listen}: expected HOST:PORT"
+    daemon.placement = RayPlacement(args.ray_address, listen)
+    return None
 
 
 # -- detached mode -------------------------------------------------------------------------

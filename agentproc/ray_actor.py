@@ -1,0 +1,96 @@
+"""The Ray actor that holds one launch of an agent placed on a Ray cluster
+(`orchestrator.ray_placement` creates it; `goondan run --placement ray`).
+
+The actor runs the same agent process as a local launch (`python -m agentproc`), as its child:
+the process dies with the actor (parent-death signal), and the actor with the orchestrator's
+Ray driver, which owns it. The agent connects back over the orchestrator's TLS listener. Its
+credential and TLS certificate come in the constructor's arguments and go to the child on
+inherited pipes, never in argv or the environment.
+
+Imported by Ray on the node (this module must be installed there, as goondan is): no Ray import
+at the top, so the class is plain Python that `ray.remote` wraps on the driver.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Any
+
+
+class VersionMismatch(RuntimeError):
+    pass
+
+
+class AgentActor:
+    def __init__(
+        self,
+        driver_version: str,
+        argv: list[str],
+        credential: bytes,
+        tls_credentials: bytes,
+        bundle_from_working_dir: bool,
+    ) -> None:
+        """Start the agent process. `argv` is the agent's (its `--parent-pid` becomes ours);
+        `bundle_from_working_dir`: the bundle is Ray's runtime_env working_dir, our cwd."""
+        import goondan
+
+        here = goondan.__version__
+        if here != driver_version:
+            raise VersionMismatch(
+                f"goondan {here} is installed on node {socket.gethostname()}, but the "
+                f"orchestrator runs goondan {driver_version}: install the same version on "
+                "every node"
+            )
+        argv = list(argv)
+        if bundle_from_working_dir:
+            argv[argv.index("--bundle") + 1] = os.getcwd()
+        argv[argv.index("--parent-pid") + 1] = str(os.getpid())  # it dies with this actor
+        read_cred, write_cred = os.pipe()
+        read_tls, write_tls = os.pipe()
+        for fd, data in ((write_cred, credential), (write_tls, tls_credentials)):
+            try:
+                os.write(fd, data)  # a few KB: fits the pipe's buffer
+            finally:
+                os.close(fd)
+        try:
+            self._process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "agentproc",
+                    *argv,
+                    "--credential-fd",
+                    str(read_cred),
+                    "--tls-fd",
+                    str(read_tls),
+                ],  # fmt: skip
+                stdin=subprocess.DEVNULL,
+                pass_fds=(read_cred, read_tls),
+            )
+        finally:
+            os.close(read_cred)
+            os.close(read_tls)
+
+    def info(self) -> dict[str, Any]:
+        """Where it runs: the agent's pid, and the node's id, address and host name."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return {
+            "pid": self._process.pid,
+            "nodeId": context.get_node_id(),
+            "nodeIp": ray.util.get_node_ip_address(),  # type: ignore[no-untyped-call]
+            "host": socket.gethostname(),
+        }
+
+    def wait(self) -> int:
+        """The agent process's exit code (negative: a signal), once it has exited."""
+        return self._process.wait()
+
+    def signal(self, signum: int) -> None:
+        if self._process.poll() is None:
+            self._process.send_signal(signal.Signals(signum))

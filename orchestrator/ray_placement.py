@@ -1,0 +1,276 @@
+"""Agents placed on a Ray cluster (`goondan run --placement ray`).
+
+Ray places; the orchestrator still routes and supervises. Each launch of a Ray-placed agent is
+one actor (`agentproc.ray_actor.AgentActor`) with the agent's `spec.resources`, created with
+`max_restarts=0` so that its death, of its process or of its node, comes back to the supervisor
+as the exit of a `ChildProcess` (`RayChild.wait`), with the same statuses, back-off and
+redelivery as a local crash. The actors belong to this process's Ray driver: when the
+orchestrator dies, even by SIGKILL, Ray ends them.
+
+The agent connects back over TCP with mutual TLS (`ipc.tls`) to the listener `RayLauncher.start`
+opens on agents.sock's router. The bundle reaches the nodes as Ray's runtime_env working_dir.
+The state root must be the same path on every node (a shared file system): that is where an
+agent's conversations, extension state and tool records live, so a re-placed agent finds them.
+
+Ray is imported here only, and this module only in that mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import structlog
+
+from goondan.bundle import Bundle
+from goondan.bundle.model import AgentResources, AgentSpec, Resource
+from ipc import tls
+from ipc.router_socket import RouterSocket
+from orchestrator.launcher import AgentLauncher, ChildProcess, LaunchSpec
+
+ADDRESS_ENV = "GOONDAN_RAY_ADDRESS"
+DEFAULT_LISTEN = "127.0.0.1:0"
+# Not shipped to the nodes with the bundle: what only this machine needs, or is large.
+WORKING_DIR_EXCLUDES = [".git", ".venv", "__pycache__", ".goondan", "*.sock"]
+
+
+class RayPlacement(msgspec.Struct, frozen=True):
+    """`--placement ray`: the cluster (None: `GOONDAN_RAY_ADDRESS`, else Ray's own default) and
+    the TLS listener's HOST:PORT (port 0: any free one)."""
+
+    address: str | None = None
+    listen: str = DEFAULT_LISTEN
+
+
+class PlacementError(Exception):
+    pass
+
+
+def ray_agents(bundle: Bundle, swarm: Resource, mode: str) -> dict[str, AgentResources]:
+    """The swarm's agents placed on Ray in a run of `mode` ("local" or "ray"), with their
+    resources. Raises PlacementError for an agent that asks for Ray in a local run."""
+    placed: dict[str, AgentResources] = {}
+    for name, agent in bundle.swarm_agents(swarm).items():
+        spec: AgentSpec = agent.spec
+        where = spec.placement or mode
+        if where == "ray" and mode != "ray":
+            raise PlacementError(
+                f"agent '{name}' has `placement: ray`: run with --placement ray (and a cluster)"
+            )
+        if where == "ray":
+            placed[name] = spec.resources
+    return placed
+
+
+def actor_options(resources: AgentResources) -> dict[str, Any]:
+    """Ray's options for an agent's actor: its resources, and no restart by Ray."""
+    options: dict[str, Any] = {
+        "max_restarts": 0,
+        "max_task_retries": 0,
+        "max_concurrency": 4,  # `wait` blocks while `signal` and `info` are called
+        # An agent mostly waits on its model: it reserves no CPU unless it says so.
+        "num_cpus": resources.cpus if resources.cpus is not None else 0,
+    }
+    if resources.gpus:
+        options["num_gpus"] = resources.gpus
+    if resources.memory_mb:
+        options["memory"] = int(resources.memory_mb * 1024 * 1024)
+    if resources.custom:
+        options["resources"] = dict(resources.custom)
+    return options
+
+
+class RayChild:
+    """One agent's actor, as the supervisor sees a child process."""
+
+    def __init__(self, actor: Any, pid: int, node: str) -> None:
+        self.actor = actor
+        self.pid = pid
+        self.node = node  # shown by `goondan status`
+
+    async def wait(self) -> int:
+        import ray
+
+        try:
+            code: int = await self.actor.wait.remote()
+        except ray.exceptions.RayError as exc:  # its process or its node is gone
+            structlog.get_logger().warning(
+                "agent actor lost", node=self.node, error=type(exc).__name__
+            )
+            code = -signal.SIGKILL
+        ray.kill(self.actor, no_restart=True)  # free its resources now
+        return code
+
+    def terminate(self) -> None:
+        self.actor.signal.remote(int(signal.SIGTERM))
+
+    def kill(self) -> None:
+        import ray
+
+        ray.kill(self.actor, no_restart=True)  # its agent process dies with it
+
+
+class RayLauncher:
+    """Launches Ray-placed agents; the daemon's local launcher keeps the others
+    (`PlacedLauncher`)."""
+
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        placement: RayPlacement,
+        resources: dict[str, AgentResources],
+        router: RouterSocket,
+        tls_dir: Path,
+        *,
+        version: str | None = None,
+    ) -> None:
+        """`version`: the goondan version nodes must have (default: this one's)."""
+        self.spec = spec
+        self.placement = placement
+        self.resources = resources
+        self._router = router
+        self._tls_dir = tls_dir
+        self._version = version
+        self._endpoint: str | None = None
+        self._authority: tls.Authority | None = None
+        self._starting: asyncio.Future[None] | None = None
+        self._actor_class: Any = None
+        self._log = structlog.get_logger().bind(component="ray")
+
+    async def start(self) -> None:
+        if self._starting is None:
+            self._starting = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._starting)
+
+    async def _start(self) -> None:
+        import ray
+
+        import goondan
+        from agentproc.ray_actor import AgentActor
+
+        if self._version is None:
+            self._version = goondan.__version__
+        host, _, port = self.placement.listen.rpartition(":")
+        self._authority = tls.Authority(self._tls_dir, host)
+        bound = await self._router.listen_tls(host, int(port), self._authority.server_context())
+        address = self.placement.address or os.environ.get(ADDRESS_ENV) or None
+        excludes = list(WORKING_DIR_EXCLUDES)
+        with_bundle = self.spec.bundle.is_dir()
+        if with_bundle and self.spec.state_root.is_relative_to(self.spec.bundle):
+            excludes.append("/" + str(self.spec.state_root.relative_to(self.spec.bundle)))
+        runtime_env = {"working_dir": str(self.spec.bundle), "excludes": excludes}
+        # ray.init blocks (it connects, uploads the bundle): in a thread, the loop serves on.
+        await asyncio.to_thread(
+            ray.init,
+            address=address,
+            runtime_env=runtime_env if with_bundle else None,
+            include_dashboard=False,
+            configure_logging=False,
+        )
+        self._actor_class = ray.remote(AgentActor)
+        advertised = bound[0]
+        if advertised in ("0.0.0.0", "::"):  # any address: tell the agents the driver node's
+            advertised = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+        self._endpoint = f"tls://{advertised}:{bound[1]}"
+        self._log.info(
+            "connected to the Ray cluster",
+            address=address or "default",
+            listen=f"{bound[0]}:{bound[1]}",
+            agents=sorted(self.resources),
+        )
+
+    @property
+    def endpoint(self) -> str | None:
+        """The TLS listener agents connect to (once started)."""
+        return self._endpoint
+
+    def set_providers(self, providers: tuple[str, ...]) -> None:
+        return None  # each agent imports its own provider
+
+    async def launch(self, agent: str, credential: bytes) -> ChildProcess:
+        await self.start()
+        assert self._authority is not None and self._endpoint is not None
+        spec = msgspec.structs.replace(self.spec, endpoint=self._endpoint)
+        certificate = self._authority.issue_client(agent)  # this launch's, like the credential
+        options = actor_options(self.resources.get(agent, AgentResources()))
+        actor = self._actor_class.options(name=None, **options).remote(
+            self._version,
+            spec.argv(agent, 0),
+            credential,
+            msgspec.json.encode(certificate),
+            spec.bundle.is_dir(),
+        )
+        import ray
+
+        try:
+            info: dict[str, Any] = await actor.info.remote()
+        except ray.exceptions.RayError as exc:
+            ray.kill(actor, no_restart=True)
+            raise OSError(_start_failure(exc)) from None
+        except BaseException:  # cancelled while waiting for a node: no actor left behind
+            ray.kill(actor, no_restart=True)
+            raise
+        node = f"{info['host']} ({info['nodeIp']}, {info['nodeId'][:8]})"
+        self._log.info("agent placed", agent=agent, node=node, pid=info["pid"])
+        return RayChild(actor, int(info["pid"]), node)
+
+    async def aclose(self) -> None:
+        if self._starting is not None and self._starting.done():
+            import ray
+
+            ray.shutdown()
+
+
+def _start_failure(exc: BaseException) -> str:
+    """The reason an actor could not start, without Ray's traceback around it."""
+    cause = exc
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    text = str(getattr(exc, "error_msg", "") or cause).strip()
+    for line in text.splitlines():
+        if "installed on node" in line:  # agentproc.ray_actor.VersionMismatch
+            return line.split("VersionMismatch: ", 1)[-1].strip()
+    last = text.splitlines()[-1] if text else type(exc).__name__
+    return f"the agent's Ray actor could not start: {last}"
+
+
+class PlacedLauncher:
+    """The daemon's agent launcher when some agents are Ray-placed: each launch goes to the
+    launcher of its agent's placement."""
+
+    def __init__(self, local: AgentLauncher, ray: RayLauncher) -> None:
+        self.local = local
+        self.ray = ray
+
+    async def start(self) -> None:
+        await asyncio.gather(self.local.start(), self.ray.start())
+
+    def set_providers(self, providers: tuple[str, ...]) -> None:
+        self.local.set_providers(providers)
+
+    async def launch(self, agent: str, credential: bytes) -> ChildProcess:
+        if agent in self.ray.resources:
+            return await self.ray.launch(agent, credential)
+        return await self.local.launch(agent, credential)
+
+    async def aclose(self) -> None:
+        await self.local.aclose()
+        await self.ray.aclose()
+
+
+def place(
+    local: AgentLauncher,
+    placement: RayPlacement,
+    spec: LaunchSpec,
+    bundle: Bundle,
+    swarm: Resource,
+    router: RouterSocket,
+    tls_dir: Path,
+) -> PlacedLauncher:
+    """The daemon's launcher for a `--placement ray` run."""
+    resources = ray_agents(bundle, swarm, "ray")
+    return PlacedLauncher(local, RayLauncher(spec, placement, resources, router, tls_dir))

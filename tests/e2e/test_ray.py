@@ -1,0 +1,308 @@
+"""Agents placed on a Ray cluster (`goondan run --placement ray`): a real two-node cluster on
+127.0.0.1 (`ray.cluster_utils.Cluster`, nodes offering the custom resources `node_a` and
+`node_b`), a coordinator placed locally and a worker placed on `node_b`, over the TLS link.
+
+Serial: Ray's processes are many and heavy for the machine's two cores."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import ssl
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentproc.conversation import read_messages
+from ipc import zmtp
+from tests.e2e.conftest import GOONDAN, pid_alive, wait_for, write_bundle
+
+# Before Ray is imported: no usage report; loopback addresses for every node.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+os.environ.update(RAY_ENV)
+
+pytestmark = [pytest.mark.serial, pytest.mark.timeout(600)]
+
+NODE = {
+    "num_cpus": 1,
+    "object_store_memory": 80 * 1024 * 1024,
+    "node_ip_address": "127.0.0.1",
+}
+# Node loss is noticed in about a second instead of Ray's default of tens of seconds.
+SYSTEM_CONFIG = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_timeout_ms": 500,
+    "health_check_failure_threshold": 2,
+}
+
+BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: coordinator-script}
+spec:
+  provider: scripted
+  model: s
+  options:
+    rules:
+      - when: "delegate (.+)"
+        steps:
+          - call: agents__request
+            args: {target: worker, input: "{{match.1}}", timeoutMs: 120000}
+          - reply: "coordinator got: {{result.response}}"
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: worker-script}
+spec:
+  provider: scripted
+  model: s
+  options:
+    rules:
+      - when: "work"
+        steps:
+          - call: slow__run
+            args: {}
+          - reply: "attempt {{result.attempt}}{{result.code}}"
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: slow}
+spec:
+  entry: ./slow.py
+  exports:
+    - name: run
+      description: Takes a while; counts its attempts in the workdir.
+      parameters: {type: object, properties: {}}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: coordinator}
+spec:
+  placement: local
+  modelConfig: {modelRef: Model/coordinator-script}
+  tools:
+    - ref: {kind: Tool, name: agents, package: "@goondan/base"}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: worker}
+spec:
+  placement: ray
+  resources: {cpus: 0, custom: {node_b: 1}}
+  modelConfig: {modelRef: Model/worker-script}
+  tools:
+    - ref: Tool/slow
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/coordinator
+  agents:
+    - ref: Agent/coordinator
+    - ref: Agent/worker
+  policy:
+    shutdown: {gracePeriodSeconds: 5}
+"""
+
+SLOW_TOOL = """\
+import time
+
+def run(ctx, args):
+    marker = ctx.workdir / "attempts"
+    attempt = int(marker.read_text()) + 1 if marker.exists() else 1
+    marker.write_text(str(attempt))
+    delay = ctx.workdir / "delay"
+    time.sleep(float(delay.read_text()) if delay.exists() else 0.0)
+    return {"attempt": attempt}
+
+handlers = {"run": run}
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            **NODE,
+            "resources": {"node_a": 1},
+            "include_dashboard": False,
+            "_system_config": SYSTEM_CONFIG,
+        },
+    )
+    cluster.node_b = cluster.add_node(**NODE, resources={"node_b": 1})
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    try:
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RayDaemon:
+    def __init__(self, bundle: Path, state_root: Path, address: str, port: int) -> None:
+        self.state_root = state_root
+        self.port = port
+        self.stderr_path = state_root.parent / f"{state_root.name}.stderr"
+        self._stderr = open(self.stderr_path, "w")
+        self.proc = subprocess.Popen(
+            [
+                *GOONDAN,
+                "run",
+                str(bundle),
+                "--state-root",
+                str(state_root),
+                "--placement",
+                "ray",
+                "--ray-address",
+                address,
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],  # fmt: skip
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
+            env={**os.environ, **RAY_ENV},
+        )
+        ready = state_root / "run" / "orchestrator.json"
+        wait_for(lambda: self.proc.poll() is not None or ready.exists(), timeout=120)
+        assert self.proc.poll() is None, self.logs()
+
+    def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*GOONDAN, *args, "--state-root", str(self.state_root)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def process(self, name: str) -> dict[str, Any]:
+        proc = self.cli("status", "--json")
+        assert proc.returncode == 0, proc.stderr
+        return next(p for p in json.loads(proc.stdout)["processes"] if p["name"] == name)
+
+    def logs(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+
+
+def node_b_free() -> bool:
+    import ray
+
+    return ray.available_resources().get("node_b", 0) >= 1
+
+
+def test_agents_on_a_two_node_cluster(cluster, tmp_path, state_root):
+    bundle = write_bundle(tmp_path / "b", BUNDLE, {"slow.py": SLOW_TOOL})
+    daemon = RayDaemon(bundle, state_root, cluster.address, free_port())
+    try:
+        # A coordinator placed locally delegates with a tool call to the worker on node_b.
+        proc = daemon.cli("send", "delegate work please")
+        assert proc.returncode == 0, proc.stderr + daemon.logs()
+        assert proc.stdout.strip() == "coordinator got: attempt 1", proc.stdout
+        worker, coordinator = daemon.process("worker"), daemon.process("coordinator")
+        assert coordinator["node"] is None  # a local child
+        assert worker["node"] and "127.0.0.1" in worker["node"], worker
+        assert not node_b_free()  # the worker's actor holds node_b
+        assert (state_root / "tls" / "ca.key").stat().st_mode & 0o777 == 0o600
+
+        # A peer without the orchestrator's certificate gets nothing.
+        refused_plain(daemon.port)
+        refused_foreign_certificate(daemon.port)
+
+        # The worker's node dies mid-request; a replacement node offering node_b arrives.
+        workdir = state_root / "swarms/default/workspaces/cli"
+        (workdir / "delay").write_text("60")
+        sender = subprocess.Popen(
+            [*GOONDAN, "send", "work again", "--agent", "worker"]
+            + ["--state-root", str(state_root)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: (workdir / "attempts").read_text() == "2", timeout=60)
+        old_pid = daemon.process("worker")["pid"]
+        (workdir / "delay").write_text("0")
+        cluster.remove_node(cluster.node_b, allow_graceful=False)
+        wait_for(lambda: daemon.process("worker")["status"] != "processing", timeout=60)
+        wait_for(lambda: not pid_alive(old_pid), timeout=30)
+        cluster.node_b = cluster.add_node(**NODE, resources={"node_b": 1})
+        try:
+            out, err = sender.communicate(timeout=180)
+        finally:
+            sender.kill()
+        assert sender.returncode == 0, err + daemon.logs()
+        # Answered once (the tool ran once; its interrupted call is in the history, which
+        # the re-placed worker read from the shared state root).
+        assert out.strip().startswith("attempt E_TOOL_INTERRUPTED"), out
+        assert (workdir / "attempts").read_text() == "2"
+        convo = state_root / "swarms/default/instances/cli/worker"
+        texts = [m.content for m in read_messages(convo) if m.role == "user"]
+        assert texts[:2] == ["work please", "work again"] or "work again" in str(texts), texts
+        worker = daemon.process("worker")
+        assert worker["restarts"] >= 1 and worker["pid"] != old_pid
+        assert "agent process crashed" in daemon.logs()
+
+        # The orchestrator SIGKILLed: Ray ends its actors (node_b is free again).
+        agent_pid = worker["pid"]
+        daemon.proc.kill()
+        daemon.proc.wait()
+        wait_for(node_b_free, timeout=30)
+        wait_for(lambda: not pid_alive(agent_pid), timeout=10)
+    finally:
+        daemon.stop()
+
+
+def refused_plain(port: int) -> None:
+    """A ZMTP peer over plain TCP: the TLS listener never answers with a greeting."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(zmtp.GREETING)
+        data = b""
+        try:
+            while chunk := conn.recv(4096):
+                data += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    assert zmtp.GREETING[:10] not in data
+
+
+def refused_foreign_certificate(port: int) -> None:
+    """A TLS client whose certificate is not from the orchestrator's CA is refused."""
+    import tempfile
+
+    from ipc.tls import Authority, client_context
+
+    with tempfile.TemporaryDirectory() as tmp:
+        foreign = Authority(Path(tmp) / "tls", "127.0.0.1")
+        ctx = client_context(foreign.issue_client("worker"))
+    ctx.verify_mode = ssl.CERT_NONE  # we test the server's check, not ours
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with pytest.raises((ssl.SSLError, ConnectionResetError, BrokenPipeError)):
+            with ctx.wrap_socket(raw) as conn:
+                conn.sendall(zmtp.GREETING)
+                assert conn.recv(4096) == b""  # TLS 1.3: the refusal comes on first read
+                raise ConnectionResetError("closed without a word")
