@@ -138,7 +138,13 @@ class RouterSocket:
         identities, handshake deadline and limits. Returns the address bound (port 0: any)."""
 
         def new_peer() -> _Peer:
-            return _Peer(self, accepted=False)
+            peer = _Peer(self, accepted=False)
+            # A failed TLS handshake never reaches the protocol: a peer that has not
+            # connected by the deadline is reported (rate-limited) as refused.
+            peer.tls_deadline = self._loop.call_later(
+                self._handshake_timeout_s + 1.0, self._tls_unfinished, peer
+            )
+            return peer
 
         self._tls_server = await self._loop.create_server(
             new_peer,
@@ -322,9 +328,20 @@ class RouterSocket:
 
     # -- peers ---------------------------------------------------------------------------------
 
+    def _tls_unfinished(self, peer: _Peer) -> None:
+        if not peer.attached:
+            self._reports.tell(
+                "tls",
+                None,
+                "a TCP peer did not finish its TLS handshake (no certificate of this "
+                "orchestrator, or too slow): closed",
+            )
+
     def _connected(self, peer: _Peer) -> None:
         if peer.accepted:
             self._accepting -= 1
+        elif peer.tls_deadline is not None:
+            peer.tls_deadline.cancel()
         if self._closed:
             peer.transport.close()
             return
@@ -428,6 +445,7 @@ class _Peer(asyncio.Protocol):
         """`accepted`: counted in the router's `_accepting` (ours, not a TLS server's)."""
         self._router = router
         self.accepted = accepted
+        self.tls_deadline: asyncio.TimerHandle | None = None
         self._reader = zmtp.Reader(self._on_message, self._on_command)
         self.identity: bytes | None = None  # known once its READY came
         self.outbox: list[bytes] = []  # sent since the router's last flush

@@ -170,6 +170,7 @@ class RayLauncher:
             runtime_env=runtime_env if with_bundle else None,
             include_dashboard=False,
             configure_logging=False,
+            ignore_reinit_error=True,  # a process that is a Ray driver already (a test)
         )
         self._actor_class = ray.remote(AgentActor)
         advertised = bound[0]

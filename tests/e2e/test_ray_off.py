@@ -1,0 +1,48 @@
+"""Without `--placement ray` nothing of Ray is used: not imported, and an agent that asks for
+Ray in a local run is a clear start error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.e2e.conftest import goondan, write_bundle
+
+BUNDLE = """\
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: m}
+spec: {provider: scripted, model: s}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: worker}
+spec:
+  placement: ray
+  resources: {custom: {node_b: 1}}
+  modelConfig: {modelRef: Model/m}
+---
+apiVersion: goondan.ai/v1
+kind: Swarm
+metadata: {name: default}
+spec:
+  entryAgent: Agent/worker
+  agents: [{ref: Agent/worker}]
+"""
+
+
+def test_an_agent_placed_on_ray_needs_placement_ray(tmp_path, state_root):
+    bundle = write_bundle(tmp_path / "b", BUNDLE)
+    proc = goondan("run", str(bundle), "--state-root", str(state_root), "--input", "hi")
+    assert proc.returncode == 1
+    assert "agent 'worker' has `placement: ray`: run with --placement ray" in proc.stderr
+
+
+def test_a_local_run_never_imports_ray():
+    code = (
+        "import sys, goondan.cli.main, goondan.cli.run_cmd, orchestrator.daemon, "
+        "orchestrator.ray_placement, agentproc.ray_actor, agentproc.main\n"
+        "assert 'ray' not in sys.modules, 'ray was imported'\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
