@@ -2,7 +2,7 @@
 table (stdout), write `bench/results.json`. Progress goes to stderr.
 
 Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability,
-coldstart, otel.
+coldstart, otel, ray.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ FIGURES = {
     "durability": "bench.fig_durability",
     "coldstart": "bench.fig_coldstart",
     "otel": "bench.fig_otel",
+    "ray": "bench.fig_ray",
 }
 GOALS = {
     "roundtrip": "<= 2x bare",
@@ -46,6 +47,7 @@ GOALS = {
     "durability": "(reported)",
     "coldstart": "<= 0.5 s",
     "otel": "<= 1.25x off",
+    "ray": "(reported)",
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 
