@@ -27,7 +27,7 @@ os.environ.update(RAY_ENV)
 
 pytestmark = [pytest.mark.serial, pytest.mark.timeout(600)]
 
-NODE = {
+NODE: dict[str, Any] = {
     "num_cpus": 1,
     "object_store_memory": 80 * 1024 * 1024,
     "node_ip_address": "127.0.0.1",
@@ -139,7 +139,7 @@ def cluster() -> Iterator[Any]:
             "_system_config": SYSTEM_CONFIG,
         },
     )
-    cluster.node_b = cluster.add_node(**NODE, resources={"node_b": 1})
+    cluster.node_b = cluster.add_node(**NODE, resources={"node_b": 1})  # type: ignore[attr-defined]
     ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
     try:
         yield cluster
@@ -213,7 +213,7 @@ class RayDaemon:
 def node_b_free() -> bool:
     import ray
 
-    return ray.available_resources().get("node_b", 0) >= 1
+    return bool(ray.available_resources().get("node_b", 0) >= 1)
 
 
 def test_agents_on_a_two_node_cluster(cluster, tmp_path, state_root):

@@ -45,8 +45,9 @@ class Link:
         host, port = await self.router.listen_tls("127.0.0.1", 0, self.authority.server_context())
         return f"tls://{host}:{port}"
 
-    def dealer(self, endpoint: str, cert_name: str, credential: bytes) -> Dealer:
+    def dealer(self, endpoint: str, cert_name: str, credential: bytes | None) -> Dealer:
         tls.set_client_context(tls.client_context(self.authority.issue_client(cert_name)))
+        assert credential is not None
         dealer = Dealer(endpoint, "worker", lambda f: None, properties=properties(credential))
         dealer.start()
         return dealer
