@@ -39,16 +39,18 @@ import os
 import resource
 import secrets
 import socket
-import ssl
 import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from ipc import tls, zmtp
 from ipc.router_limits import DEFAULT_LIMITS, RouterLimits
 from ipc.tasks import TaskSet
+
+if TYPE_CHECKING:
+    import ssl
 
 Frames = list[bytes]
 

@@ -15,14 +15,14 @@ writing its handshake and per-frame crypto_box into our ZMTP reader (and a PyNaC
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
-import ssl
-import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:  # imported where used: a local run (no TLS link) never loads them
+    import ssl
 
 TLS_DIR = "tls"
 # The common name of the peer's certificate, as the router adds it to the READY properties it
@@ -61,6 +61,8 @@ class Authority:
     """The orchestrator's CA (made fresh each start: certificates of an earlier run are void)."""
 
     def __init__(self, directory: Path, server_host: str) -> None:
+        import datetime
+
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -103,6 +105,9 @@ class Authority:
         )
 
     def _issue(self, common_name: str, host: str | None, *, server: bool) -> tuple[bytes, bytes]:
+        import datetime
+        import ipaddress
+
         x509, oid = self._x509, self._x509.oid
         key = self._ec.generate_private_key(self._ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
@@ -145,6 +150,8 @@ class Authority:
 
     def server_context(self) -> ssl.SSLContext:
         """Requires a client certificate signed by this CA."""
+        import ssl
+
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_3
         ctx.load_cert_chain(self.directory / "server.pem", self.directory / "server.key")
@@ -157,6 +164,9 @@ def client_context(credentials: ClientCredentials) -> ssl.SSLContext:
     """The agent's side: presents its certificate, trusts only the orchestrator's CA. The key
     goes through a private temporary file (the ssl module loads keys from files only), removed
     at once."""
+    import ssl
+    import tempfile
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_3
     ctx.load_verify_locations(cadata=credentials.ca.decode())
