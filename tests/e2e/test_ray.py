@@ -274,6 +274,19 @@ def test_agents_on_a_two_node_cluster(cluster, tmp_path, state_root):
         daemon.proc.wait()
         wait_for(node_b_free, timeout=30)
         wait_for(lambda: not pid_alive(agent_pid), timeout=10)
+        daemon.stop()
+
+        # A new orchestrator on the state root places the worker again, which goes on with
+        # its conversation; a clean stop drains it and frees its actor.
+        (state_root / "run" / "orchestrator.json").unlink(missing_ok=True)
+        daemon = RayDaemon(bundle, state_root, cluster.address, free_port())
+        proc = daemon.cli("send", "work once more", "--agent", "worker")
+        assert proc.returncode == 0 and proc.stdout.strip() == "attempt 3", proc.stderr
+        texts = [m.content for m in read_messages(convo) if m.role == "user"]
+        assert texts == ["work please", "work again", "work once more"], texts
+        daemon.proc.terminate()
+        assert daemon.proc.wait(60) == 0, daemon.logs()
+        wait_for(node_b_free, timeout=30)
     finally:
         daemon.stop()
 
