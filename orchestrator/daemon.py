@@ -14,6 +14,7 @@ import resource
 import secrets
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Callable
 from functools import partial
@@ -53,6 +54,7 @@ from orchestrator.watch import watch
 if TYPE_CHECKING:
     from orchestrator.metrics import AgentUsage, MetricsServer
     from orchestrator.ray_placement import RayPlacement
+    from orchestrator.studio.server import Studio
 
 # A journaled input delivered again after a restart that fails with one of these is delivered
 # once more later: a disk with room again, or an agent that no longer crashes, may answer it.
@@ -125,6 +127,9 @@ class Daemon:
         self._usage: AgentUsage | None = None
         self._metrics_server: MetricsServer | None = None
         self.placement: RayPlacement | None = None  # `run --placement ray`
+        # `run --studio`: its listening socket, bound by the CLI; the studio starts with us.
+        self.studio_socket: socket.socket | None = None
+        self.studio: Studio | None = None
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -272,6 +277,8 @@ class Daemon:
         )
         self.notifier.ready(f"swarm {self.swarm.name}: {len(self.agent_names)} agents")
         self.notifier.start_watchdog()
+        if self.studio_socket is not None:
+            self._start_studio(self.studio_socket)
         _freeze_long_lived()
         if self._watch:
             self._tasks.spawn(
@@ -290,6 +297,20 @@ class Daemon:
         self.router.on_finished = requests.finished
         collector = metrics.DaemonCollector(self.supervisor, self.router, requests, self._usage)
         await self._metrics_server.start(collector)
+    def _start_studio(self, sock: socket.socket) -> None:
+        from orchestrator.studio.server import Studio
+
+        self.studio = Studio(
+            sock,
+            self.paths,
+            lambda: self.swarm.name,
+            self.status,
+            lambda: {
+                name.removeprefix("connection:"): self.entry_agent
+                for name in self.connections.connections
+            },
+        )
+        self._tasks.spawn(self.studio.start(), name="start studio")
 
     def _redeliver_journal(self) -> None:
         """Inputs accepted by an earlier run that never got their answer: deliver them again."""
@@ -399,6 +420,8 @@ class Daemon:
         self._stopping = True  # from now on, unanswered inputs stay in the journal
         self.notifier.stopping()
         await self.notifier.stop_watchdog()
+        if self.studio is not None:
+            await self.studio.close()
         send_shutdown = self._shutdown_sender("orchestrator_shutdown")
         try:
             await self.supervisor.stop_all(send_shutdown, self.grace_s)

@@ -25,6 +25,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan stop                          stop the running swarm cleanly
   goondan cancel --instance KEY         stop running turns (also --agent, --trace, --all)
   goondan logs [-f] [--trace ID]        turns, steps and tool calls as they happen
+  goondan studio                        open the web studio (run with --studio HOST:PORT)
   goondan instance list|show|delete     stored conversations
   goondan approvals|approve|deny ID     tool calls waiting for a human
   goondan doctor [./my-bundle]          check everything `run` needs, one line per check
@@ -243,6 +244,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="with --placement ray: where Ray-placed agents connect back, over mutual TLS "
         "(default: 127.0.0.1:0, any free port; firewall it to the cluster's nodes)",
+    )
+    p.add_argument(
+        "--studio",
+        metavar="HOST:PORT",
+        help="serve the web studio (the swarm's graph, traces, conversations, live events) "
+        "on HOST:PORT, a loopback address (port 0: any free one); `goondan studio` prints "
+        "its URL with the token (default: $GOONDAN_STUDIO, or off)",
+    )
+    p.add_argument(
+        "--studio-allow-remote",
+        action="store_true",
+        help="let --studio listen on an address other hosts can reach (it shows every "
+        "conversation; anyone with the token can read them)",
     )
 
     p = sub.add_parser(
@@ -481,6 +495,20 @@ def build_parser() -> argparse.ArgumentParser:
     _env_file_argument(p)
 
     p = sub.add_parser(
+        "studio",
+        help="print the running swarm's web studio URL and open it in a browser",
+        description="Print the URL of the running orchestrator's web studio, with its token "
+        "(`goondan run --studio HOST:PORT` turns it on), and open it in a browser when there "
+        "is a display.",
+        formatter_class=HelpFormatter,
+        epilog="prints: the URL with its token on stdout, the same on a terminal and on a pipe\n"
+        "exit: 0 printed, 1 no orchestrator running or it serves no studio (the reason on "
+        "stderr), 2 bad usage",
+    )
+    p.add_argument("--state-root", help=STATE_ROOT_HELP)
+    p.add_argument("--no-browser", action="store_true", help="print the URL only")
+
+    p = sub.add_parser(
         "stop",
         help="stop the running orchestrator cleanly",
         description="Ask the running orchestrator to stop (it drains its agents) and wait "
@@ -611,6 +639,10 @@ def _run_command(argv: Sequence[str] | None) -> int:
         from goondan.cli.run_cmd import run
 
         return run(args)
+    if args.command == "studio":
+        from goondan.cli.studio_cmd import run_studio
+
+        return run_studio(args)
     if args.command == "doctor":
         from goondan.cli.doctor_cmd import run_doctor
 

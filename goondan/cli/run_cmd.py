@@ -118,6 +118,11 @@ def _serve(
     if (problem := _placement(args, daemon)) is not None:
         print(f"goondan: {problem}", file=sys.stderr)
         return 1
+    studio = args.studio or os.environ.get("GOONDAN_STUDIO")
+    if studio:
+        code = _bind_studio(daemon, studio, args.studio_allow_remote)
+        if code:
+            return code
     if output is not None:
         daemon.child_output = output.write_fd
         daemon.notifier = _DetachedNotifier(paths)
@@ -175,6 +180,21 @@ def _placement(args: argparse.Namespace, daemon: Daemon) -> str | None:
         return f"--listen {listen}: expected HOST:PORT"
     daemon.placement = RayPlacement(args.ray_address, listen)
     return None
+def _bind_studio(daemon: Daemon, address: str, allow_remote: bool) -> int:
+    """Bind the studio's socket now, so a bad address or a port in use stops the start."""
+    from orchestrator.studio.server import StudioAddressError, bind, parse_address
+
+    try:
+        host, port = parse_address(address, allow_remote=allow_remote)
+    except StudioAddressError as exc:
+        print(f"goondan: --studio: {exc}", file=sys.stderr)
+        return 2
+    try:
+        daemon.studio_socket = bind(host, port)
+    except OSError as exc:
+        print(f"goondan: the studio cannot listen on {address}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 # -- detached mode -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ COMMANDS = [
     ["approve"],
     ["deny"],
     ["stop"],
+    ["studio"],
 ]
 
 
