@@ -157,9 +157,12 @@ class Studio:
         await self._runner.setup()
         await web.SockSite(self._runner, self._sock, shutdown_timeout=1.0).start()
         info = {"url": self.url, "token": self.token, "pid": os.getpid()}
-        fd = os.open(self.info_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # Whole or not at all: `goondan studio` may read it at any moment.
+        partial = self.info_file.with_name(INFO_FILE + ".new")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(info, f)
+        partial.replace(self.info_file)
         self._log.info("studio listening", url=self.url, open="goondan studio")
 
     async def close(self) -> None:
