@@ -156,8 +156,10 @@ async def test_stream_sends_the_swarm_then_new_events(tmp_path, start_daemon, st
             # Filtered to the worker's events, in order, live.
             assert {e["agentName"] for e in seen} == {"worker"}
             types = [e["type"] for e in seen]
-            assert types.index("turn.started") < types.index("tool.called") < types.index(
-                "turn.completed"
+            assert (
+                types.index("turn.started")
+                < types.index("tool.called")
+                < types.index("turn.completed")
             )
             assert any(e["data"].get("toolName") == "calc__add" for e in seen)
             # The graph was sent again once the processes started.
