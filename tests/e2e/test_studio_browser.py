@@ -34,6 +34,9 @@ TIMEOUT_MS = 20_000
 def test_studio_shows_a_delegation_live_and_its_waterfall(tmp_path, start_daemon, state_root):
     from playwright.sync_api import expect, sync_playwright
 
+    assert Path(CHROMIUM).exists(), (
+        "the studio's test needs Debian's chromium (.ci/run installs it)"
+    )
     bundle = write_bundle(tmp_path / "bundle", BUNDLE, {"calc.py": CALC})
     daemon = start_daemon(bundle, "--studio", "127.0.0.1:0")
     wait_for(lambda: (state_root / "run" / "studio.json").exists(), 20)
