@@ -237,7 +237,7 @@ class Studio:
             )
         if "token" in request.query and request.method == "GET" and request.path == "/":
             # Out of the address bar (and history) once it is a cookie.
-            response: web.StreamResponse = web.HTTPFound("/")
+            response: web.StreamResponse = web.Response(status=302, headers={"Location": "/"})
         else:
             response = await handler(request)
         if request.cookies.get(COOKIE) != self.token:
