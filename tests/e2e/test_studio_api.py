@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import stat
 from typing import Any
 
 import aiohttp
 
-from tests.e2e.conftest import goondan, wait_for, write_bundle
+from tests.e2e.conftest import REPO, goondan, wait_for, write_bundle
 from tests.e2e.studio_bundle import BUNDLE, CALC
 
 
@@ -222,3 +223,37 @@ def test_studio_from_the_environment_and_a_stable_token(tmp_path, start_daemon, 
     assert not (state_root / "run" / "studio.json").exists()  # gone with the daemon
     start_daemon(bundle, "--studio", "127.0.0.1:0")
     assert _studio(state_root)[1] == token  # a bookmark still works after a restart
+
+
+async def test_a_connector_is_in_the_graph_and_its_requests_listed(tmp_path, start_daemon):
+    from tests.e2e.test_connectors import SECRET, free_port, post
+
+    bundle = tmp_path / "webhook"
+    shutil.copytree(REPO / "configs" / "webhook", bundle)
+    port = free_port()
+    main = bundle / "goondan.yaml"
+    main.write_text(main.read_text().replace('PORT: {value: "8080"}', f'PORT: {{value: "{port}"}}'))
+    daemon = start_daemon(bundle, "--studio", "127.0.0.1:0", env={"WEBHOOK_SECRET": SECRET})
+    url, token = _studio(daemon.state_root)
+
+    def listening() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(listening, 20)
+    status, answer = await asyncio.to_thread(post, port, {"text": "hello", "user": "alice"})
+    assert status in (200, 202), answer
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer " + token}) as http:
+        async with http.get(url + "api/swarm") as r:
+            swarm = await r.json()
+        connector = next(p for p in swarm["processes"] if p["name"] == "http-in")
+        assert connector["kind"] == "connector" and connector["pid"] > 0
+        assert swarm["connectors"] == {"http-in": swarm["entryAgent"]}
+        for _ in range(100):
+            async with http.get(url + "api/requests") as r:
+                rows = await r.json()
+            if rows and rows[0]["status"] != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert rows[0]["agent"] == swarm["entryAgent"] and rows[0]["status"] == "ok"
+        assert rows[0]["source"].startswith("connector")
