@@ -96,11 +96,21 @@ class EventStore:
         self.traces: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._span_agent: OrderedDict[str, str] = OrderedDict()
         self.delegations: dict[tuple[str, str], int] = {}  # (caller, callee) -> turns
+        # Each trace's summary, made again only once it has new events: a busy swarm's
+        # viewers ask for the list at every batch of events.
+        self._summaries: dict[str, dict[str, Any]] = {}
         self.seq = 0  # events taken in so far: a stream sends those past its own count
 
     def read(self) -> list[dict[str, Any]]:
-        """Take in what the files have gained (blocking: call it in a thread). Returns the new
-        events, oldest first."""
+        """`collect` then `take`: what the files have gained, oldest first."""
+        new = self.collect()
+        self.take(new)
+        return new
+
+    def collect(self) -> list[dict[str, Any]]:
+        """The events the files have gained, oldest first (blocking: the studio calls it in a
+        thread, one call at a time). Changes nothing the readers see: `take` does that, on
+        the event loop, so no reader meets a collection changing under it."""
         for path in sorted(self.agents_dir.glob(f"*/{EVENTS_FILE}")):
             if path not in self._tails:
                 self._tails[path] = _Tail(path)
@@ -114,9 +124,11 @@ class EventStore:
                 if isinstance(event.get("traceId"), str) and isinstance(event.get("type"), str):
                     new.append(event)
         new.sort(key=lambda e: str(e.get("timestamp", "")))
+        return new
+
+    def take(self, new: list[dict[str, Any]]) -> None:
         for event in new:
             self._take(event)
-        return new
 
     def _take(self, event: dict[str, Any]) -> None:
         self.seq += 1
@@ -127,7 +139,8 @@ class EventStore:
         if spans is None:
             spans = self.traces[trace_id] = []
             while len(self.traces) > MAX_TRACES:
-                self.traces.popitem(last=False)
+                self._summaries.pop(self.traces.popitem(last=False)[0], None)
+        self._summaries.pop(trace_id, None)
         if len(spans) < MAX_SPANS_PER_TRACE:
             spans.append(event)
         agent = str(event.get("agentName", ""))
@@ -155,7 +168,12 @@ class EventStore:
 
     def requests(self, limit: int = 100) -> list[dict[str, Any]]:
         """The newest traces first, each summed up by its root turn."""
-        rows = [summarize(trace_id, events) for trace_id, events in self.traces.items()]
+        rows = []
+        for trace_id, events in self.traces.items():
+            row = self._summaries.get(trace_id)
+            if row is None:
+                row = self._summaries[trace_id] = summarize(trace_id, events)
+            rows.append(row)
         rows.sort(key=lambda r: r["startedAt"], reverse=True)
         return rows[:limit]
 

@@ -191,7 +191,9 @@ class Studio:
     async def refresh(self) -> list[dict[str, Any]]:
         """Read what the agents' files have gained (in a thread), and wake the streams."""
         async with self._read_lock:
-            new = await asyncio.to_thread(self.store().read)
+            store = self.store()
+            new = await asyncio.to_thread(store.collect)
+            store.take(new)
         if new:
             async with self._new:
                 self._new.notify_all()
@@ -341,7 +343,12 @@ class Studio:
                     await response.write(b"event: swarm\ndata: " + swarm + b"\n\n")
                     last_swarm, wrote = swarm, loop.time()
                 store = self.store()
-                fresh = [e for e in store.events if e["seq"] > seen]
+                fresh = []
+                for event in reversed(store.events):  # the newest are at the end
+                    if event["seq"] <= seen:
+                        break
+                    fresh.append(event)
+                fresh.reverse()
                 if fresh:
                     seen = fresh[-1]["seq"]
                     chunk = b"".join(

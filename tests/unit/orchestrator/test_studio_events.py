@@ -171,3 +171,16 @@ def test_other_hosts_need_the_flag(text):
 def test_malformed_addresses_are_refused(text):
     with pytest.raises(StudioAddressError, match="HOST:PORT"):
         parse_address(text)
+
+
+def test_a_request_summary_follows_its_trace(tmp_path):
+    log = tmp_path / "agents" / "a" / "runtime-events.jsonl"
+    _write(log, _event("turn.started", "a", "T", second=1, input="hi"))
+    store = EventStore(tmp_path / "agents")
+    store.read()
+    assert store.requests()[0]["status"] == "running"
+    assert store.requests()[0] is store.requests()[0]  # made once while nothing changes
+    _write(log, _event("turn.completed", "a", "T", second=2, duration=5.0))
+    store.read()
+    [row] = store.requests()
+    assert row["status"] == "ok" and row["durationMs"] == 5.0 and row["events"] == 2
