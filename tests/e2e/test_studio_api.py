@@ -219,6 +219,17 @@ def test_studio_from_the_environment_and_a_stable_token(tmp_path, start_daemon, 
     url, token = _studio(state_root)
     printed = daemon.cli("studio", "--no-browser")
     assert printed.returncode == 0 and printed.stdout.strip() == f"{url}?token={token}"
+    # A browser opens where there is a display ($BROWSER is the one `webbrowser` runs).
+    opened = tmp_path / "opened"
+    browser = tmp_path / "browser.sh"
+    browser.write_text(f'#!/bin/sh\necho "$1" >> {opened}\n')
+    browser.chmod(0o755)
+    shown = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    for display in ({}, {"DISPLAY": ":0"}):
+        env = {**shown, **display, "BROWSER": f"{browser} %s"}
+        proc = goondan("studio", "--state-root", str(state_root), env=env)
+        assert proc.returncode == 0 and proc.stdout.strip() == f"{url}?token={token}"
+    assert opened.read_text().splitlines() == [f"{url}?token={token}"]  # with a display only
     daemon.stop()
     assert not (state_root / "run" / "studio.json").exists()  # gone with the daemon
     start_daemon(bundle, "--studio", "127.0.0.1:0")
