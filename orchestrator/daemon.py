@@ -297,6 +297,7 @@ class Daemon:
         self.router.on_finished = requests.finished
         collector = metrics.DaemonCollector(self.supervisor, self.router, requests, self._usage)
         await self._metrics_server.start(collector)
+
     def _start_studio(self, sock: socket.socket) -> None:
         from orchestrator.studio.server import Studio
 

@@ -180,6 +180,8 @@ def _placement(args: argparse.Namespace, daemon: Daemon) -> str | None:
         return f"--listen {listen}: expected HOST:PORT"
     daemon.placement = RayPlacement(args.ray_address, listen)
     return None
+
+
 def _bind_studio(daemon: Daemon, address: str, allow_remote: bool) -> int:
     """Bind the studio's socket now, so a bad address or a port in use stops the start."""
     from orchestrator.studio.server import StudioAddressError, bind, parse_address
