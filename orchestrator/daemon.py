@@ -310,6 +310,7 @@ class Daemon:
                 name.removeprefix("connection:"): self.entry_agent
                 for name in self.connections.connections
             },
+            lambda trace_id: self._cancel(wire.TurnCancelArgs(trace_id=trace_id), self.agent_names),
         )
         self._tasks.spawn(self.studio.start(), name="start studio")
 

@@ -14,9 +14,10 @@ import contextlib
 import ipaddress
 import json
 import os
+import re
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,9 @@ def load_token(paths: StatePaths) -> str:
     return token
 
 
+_TRACE_ID = re.compile("[0-9a-f]{32}")
+
+
 class Studio:
     """The web studio of one running daemon."""
 
@@ -112,14 +116,17 @@ class Studio:
         swarm: Callable[[], str],
         status: Callable[[], wire.Status],
         connectors: Callable[[], dict[str, str]],
+        cancel: Callable[[str], Awaitable[list[wire.CancelledTurn]]],
     ) -> None:
         """`swarm`, `status`, `connectors` (name -> the agent it feeds) are read per request:
-        a reload may change them."""
+        a reload may change them. `cancel(trace_id)` cancels a trace's running turns, as
+        `goondan cancel --trace` does."""
         self._sock = sock
         self.paths = paths
         self._swarm = swarm
         self._status = status
         self._connectors = connectors
+        self._cancel = cancel
         self.token = load_token(paths)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -149,6 +156,7 @@ class Studio:
         app.router.add_get("/api/swarm", self._api_swarm)
         app.router.add_get("/api/requests", self._api_requests)
         app.router.add_get("/api/traces/{trace}", self._api_trace)
+        app.router.add_post("/api/traces/{trace}/cancel", self._api_cancel)
         app.router.add_get("/api/events", self._api_events)
         app.router.add_get("/api/instances", self._api_instances)
         app.router.add_get("/api/instances/{key}/{agent}", self._api_conversation)
@@ -266,6 +274,16 @@ class Studio:
         if trace is None:
             return web.json_response({"error": "no such trace among the recent ones"}, status=404)
         return web.json_response(trace)
+
+    async def _api_cancel(self, request: web.Request) -> web.Response:
+        """Cancel the trace's running turns, down its delegation chain (POST: a page of another
+        site cannot send the SameSite cookie with it)."""
+        trace_id = request.match_info["trace"]
+        if not _TRACE_ID.fullmatch(trace_id):
+            return web.json_response({"error": "a trace id is 32 hex digits"}, status=400)
+        turns = await self._cancel(trace_id)
+        self._log.info("cancel requested in the studio", traceId=trace_id, cancelled=len(turns))
+        return web.json_response({"cancelled": msgspec.to_builtins(turns)})
 
     async def _api_events(self, request: web.Request) -> web.Response:
         await self.refresh()

@@ -1,6 +1,7 @@
 """A coordinator -> worker swarm on the scripted model, with a tool call, for the studio's
 tests: `delegate X` makes the coordinator ask the worker, who calls `calc__add`; `divide X`
-the same with `calc__divide`, which fails."""
+the same with `calc__divide`, which fails; `slow X` has the worker wait in `calc__wait` for a
+minute (for cancelling)."""
 
 BUNDLE = """\
 apiVersion: goondan.ai/v1
@@ -21,6 +22,11 @@ spec:
           - call: agents__request
             args: {target: worker, input: "divide 1 by 0 for {{match.1}}"}
           - reply: "worker says {{result.response}}"
+      - when: "slow (.*)"
+        steps:
+          - call: agents__request
+            args: {target: worker, input: "wait for {{match.1}}"}
+          - reply: "worker says {{result.response}}"
 ---
 apiVersion: goondan.ai/v1
 kind: Model
@@ -40,6 +46,11 @@ spec:
           - call: calc__divide
             args: {a: 1, b: 0}
           - reply: "could not divide"
+      - when: "wait"
+        steps:
+          - call: calc__wait
+            args: {}
+          - reply: "waited"
 ---
 apiVersion: goondan.ai/v1
 kind: Tool
@@ -53,6 +64,9 @@ spec:
     - name: divide
       description: Divides a by b.
       parameters: {type: object, properties: {a: {type: number}, b: {type: number}}}
+    - name: wait
+      description: Waits a minute.
+      parameters: {type: object}
 ---
 apiVersion: goondan.ai/v1
 kind: Agent
@@ -79,6 +93,9 @@ spec:
 """
 
 CALC = """\
+import asyncio
+
+
 def add(ctx, args):
     return {"sum": args["a"] + args["b"]}
 
@@ -87,5 +104,10 @@ def divide(ctx, args):
     return {"quotient": args["a"] / args["b"]}
 
 
-handlers = {"add": add, "divide": divide}
+async def wait(ctx, args):
+    await asyncio.sleep(60)
+    return {}
+
+
+handlers = {"add": add, "divide": divide, "wait": wait}
 """

@@ -9,11 +9,12 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 from typing import Any
 
 import aiohttp
 
-from tests.e2e.conftest import REPO, goondan, wait_for, write_bundle
+from tests.e2e.conftest import GOONDAN, REPO, goondan, wait_for, write_bundle
 from tests.e2e.studio_bundle import BUNDLE, CALC
 
 
@@ -268,3 +269,40 @@ async def test_a_connector_is_in_the_graph_and_its_requests_listed(tmp_path, sta
             await asyncio.sleep(0.1)
         assert rows[0]["agent"] == swarm["entryAgent"] and rows[0]["status"] == "ok"
         assert rows[0]["source"].startswith("connector")
+
+
+async def test_cancel_stops_a_running_trace(tmp_path, start_daemon, state_root):
+    bundle = write_bundle(tmp_path / "bundle", BUNDLE, {"calc.py": CALC})
+    daemon = start_daemon(bundle, "--studio", "127.0.0.1:0")
+    url, token = _studio(state_root)
+    sender = subprocess.Popen(
+        [*GOONDAN, "send", "slow please", "--json", "--state-root", str(state_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url + "api/traces/" + "a" * 32 + "/cancel") as r:
+            assert r.status == 401  # the token, as for every request
+        auth = {"Authorization": "Bearer " + token}
+        waiting: list[dict[str, Any]] = []
+        for _ in range(200):  # until the worker waits in its tool
+            async with http.get(
+                url + "api/events", params={"type": "tool.called"}, headers=auth
+            ) as r:
+                waiting = [e for e in await r.json() if e["data"].get("toolName") == "calc__wait"]
+            if waiting:
+                break
+            await asyncio.sleep(0.1)
+        assert waiting, "the worker never called calc__wait"
+        trace = waiting[0]["traceId"]
+        async with http.post(url + "api/traces/not-a-trace/cancel", headers=auth) as r:
+            assert r.status == 400
+        async with http.post(url + f"api/traces/{trace}/cancel", headers=auth) as r:
+            assert r.status == 200
+            cancelled = (await r.json())["cancelled"]
+    assert {t["agent"] for t in cancelled} == {"coordinator", "worker"}
+    assert {t["traceId"] for t in cancelled} == {trace}
+    out, err = sender.communicate(timeout=30)
+    assert sender.returncode == 1 and "E_TURN_CANCELLED" in out + err, (out, err)
+    assert daemon.send("delegate the sum").returncode == 0  # the swarm goes on

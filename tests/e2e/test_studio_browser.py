@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO, wait_for, write_bundle
+from tests.e2e.conftest import GOONDAN, REPO, wait_for, write_bundle
 from tests.e2e.studio_bundle import BUNDLE, CALC
 
 pytestmark = [pytest.mark.browser, pytest.mark.serial]
@@ -142,3 +143,37 @@ def _save_screenshot(page, tmp_path: Path) -> None:
         target = tmp_path / "studio.png"
     page.screenshot(path=str(target), full_page=True)
     assert target.stat().st_size > 10_000
+
+
+def test_a_running_request_is_cancelled_from_its_waterfall(tmp_path, start_daemon, state_root):
+    from playwright.sync_api import expect, sync_playwright
+
+    bundle = write_bundle(tmp_path / "bundle", BUNDLE, {"calc.py": CALC})
+    daemon = start_daemon(bundle, "--studio", "127.0.0.1:0")
+    wait_for(lambda: (state_root / "run" / "studio.json").exists(), 20)
+    url = daemon.cli("studio", "--no-browser").stdout.strip()
+    sender = subprocess.Popen(
+        [*GOONDAN, "send", "slow please", "--state-root", str(state_root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url)
+            row = page.locator("tr.request")
+            expect(row).to_have_count(1)
+            expect(row).to_have_attribute("data-status", "running")
+            # Once the worker waits in its tool, the waterfall has both turns to stop.
+            row.click()
+            waiting = page.locator("#waterfall .span-row", has_text="calc__wait")
+            expect(waiting).to_have_count(1)
+            page.click("#cancel-trace")
+            expect(page.locator("#cancel-trace")).to_have_text("cancelled 2")
+        finally:
+            browser.close()
+    _, err = sender.communicate(timeout=30)
+    assert sender.returncode == 1 and "E_TURN_CANCELLED" in err, err

@@ -169,6 +169,16 @@ async function openTrace(traceId) {
   renderWaterfall(trace);
 }
 
+async function cancelTrace(traceId, button) {
+  button.disabled = true;
+  const r = await fetch(`/api/traces/${traceId}/cancel`, {
+    method: "POST", credentials: "same-origin", cache: "no-store",
+  });
+  const body = await r.json();
+  button.textContent = r.ok ? `cancelled ${body.cancelled.length}` : `error: ${body.error}`;
+  button.dataset.done = r.ok ? "1" : "";
+}
+
 function renderWaterfall(trace) {
   const spans = trace.spans;
   const head = $("#trace-head");
@@ -176,6 +186,12 @@ function renderWaterfall(trace) {
     "trace ", el("code", { text: trace.traceId }),
     ` · ${trace.agents.join(" → ")} · ${trace.status} · ${fmtMs(trace.durationMs)} · ${spans.length} spans · ${trace.tokens} tokens`);
   head.className = "";
+  if (trace.status === "running") {
+    // Stops its turns and the delegations they wait on, as `goondan cancel --trace`.
+    const stop = el("button", { id: "cancel-trace", text: "Cancel" });
+    stop.addEventListener("click", () => cancelTrace(trace.traceId, stop));
+    head.append(" ", stop);
+  }
   const box = $("#waterfall");
   box.replaceChildren();
   box.dataset.trace = trace.traceId;
