@@ -16,6 +16,7 @@ from agentproc import tracing
 from agentproc.catalog import ToolPolicy
 from agentproc.counters import COUNTERS
 from agentproc.extensions import EventBus, ExtensionStartError, load_extensions, plan_extensions
+from agentproc.mcp_tools import McpTools
 from agentproc.messages import ModelError
 from agentproc.process import AgentProcess
 from agentproc.providers import Provider, make_provider
@@ -92,12 +93,17 @@ async def build_definition(
     try:
         if compaction_model is not None:
             compaction_provider = _provider(agent.name, compaction_model)
-        registry = ToolRegistry.from_resources(bundle.agent_tools(agent))
+        tools = bundle.agent_tools(agent)
+        registry = ToolRegistry.from_resources(tools)
     except (StartError, ToolLoadError) as exc:
         await provider.aclose()
         if compaction_provider is not None:
             await compaction_provider.aclose()
         raise StartError(str(exc)) from None
+    # MCP servers start with the agent; one that fails does not stop it (its tools report
+    # why, and it is retried with back-off).
+    mcp = McpTools(registry, tools)
+    await mcp.start()
     spec: AgentSpec = agent.spec
     COUNTERS.reset(model.model)
     policy = swarm.spec.policy
@@ -116,6 +122,7 @@ async def build_definition(
         settings=settings.agent,
         bundle_root=str(bundle.root),
         compaction_provider=compaction_provider,
+        mcp=mcp,
     )
     try:
         await load_extensions(
@@ -130,6 +137,7 @@ async def build_definition(
         await provider.aclose()
         if compaction_provider is not None:
             await compaction_provider.aclose()
+        await mcp.aclose()
         raise StartError(str(exc)) from None
     names = sorted(agents)
     catalog = {
@@ -247,6 +255,8 @@ async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
         await definition.provider.aclose()
         if definition.compaction_provider is not None:
             await definition.compaction_provider.aclose()
+        if definition.mcp is not None:
+            await definition.mcp.aclose()
 
 
 def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:

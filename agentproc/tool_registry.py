@@ -2,13 +2,15 @@
 
 Config tools come from the agent's Tool resources, loaded once at start: each resource's
 `entry` module defines `handlers = {"export": fn}`, and each export becomes
-`{resource}__{export}`. Extensions add tools at run time (`api.tools.register`); a config tool
-keeps its name if an extension registers the same one. Argument validators are compiled once,
-when a tool is registered, not per call.
+`{resource}__{export}`. An MCP Tool's exports are its server's tools (`agentproc.mcp_tools`),
+replaced as a group when the server says its list changed. Extensions add tools at run time
+(`api.tools.register`); a config tool keeps its name if an extension registers the same one.
+Argument validators are compiled once, when a tool is registered, not per call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import inspect
 import sys
@@ -21,7 +23,7 @@ import msgspec
 from agentproc.messages import ToolDefinition
 from goondan.bundle.model import Resource, ToolSpec
 from goondan.bundle.names import LLM_TOOL_NAME, TOOL_SEPARATOR
-from goondan.tools import ToolCatalogItem
+from goondan.tools import ToolCatalogItem, ToolSource
 
 Handler = Callable[..., Any]
 Source = Literal["config", "extension", "runtime"]
@@ -45,12 +47,14 @@ class ToolEntry(msgspec.Struct, frozen=True):
     timeout_ms: int | None = None  # None: the agent's default
     sequential: bool = False
     source: Source = "config"
+    origin: ToolSource | None = None  # what the catalog shows as `source` instead
 
     def definition(self) -> ToolDefinition:
         return ToolDefinition(self.name, self.description, self.parameters)
 
     def catalog_item(self) -> ToolCatalogItem:
-        return ToolCatalogItem(self.name, self.description, self.parameters, self.source)
+        source = self.origin if self.origin is not None else self.source
+        return ToolCatalogItem(self.name, self.description, self.parameters, source)
 
 
 def check_tool_name(name: str) -> str | None:
@@ -76,6 +80,7 @@ def make_entry(
     timeout_ms: int | None = None,
     sequential: bool = False,
     source: Source = "config",
+    origin: ToolSource | None = None,
 ) -> ToolEntry:
     """A registry entry with its validator compiled. Raises ValueError for a bad name, handler
     or schema."""
@@ -102,6 +107,7 @@ def make_entry(
         timeout_ms=timeout_ms,
         sequential=sequential,
         source=source,
+        origin=origin,
     )
 
 
@@ -110,13 +116,40 @@ class ToolRegistry:
         self._config = {entry.name: entry for entry in entries if entry.source == "config"}
         self._dynamic = {entry.name: entry for entry in entries if entry.source != "config"}
         self.version = 0  # bumped on every change, so a cached catalog knows to rebuild
+        # Catalog refreshes under way (an MCP server's `list_changed`): the next step waits
+        # for them, so it offers the new list.
+        self.refreshing: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_resources(cls, tools: list[Resource]) -> ToolRegistry:
         entries: list[ToolEntry] = []
         for resource in tools:
-            entries.extend(_load_tool(resource))
+            if resource.spec.mcp is None:  # MCP Tools are added once their servers answer
+                entries.extend(_load_tool(resource))
         return cls(entries)
+
+    def replace_group(self, resource: str, entries: list[ToolEntry]) -> None:
+        """Swap the config tools of Tool `resource` for `entries` (an MCP server's new list),
+        keeping the group's place in the declared order."""
+        merged: dict[str, ToolEntry] = {}
+        placed = False
+        for name, entry in self._config.items():
+            if entry.resource == resource:
+                if not placed:
+                    merged.update((e.name, e) for e in entries)
+                    placed = True
+                continue
+            merged[name] = entry
+        if not placed:
+            merged.update((e.name, e) for e in entries)
+        self._config = merged
+        self.version += 1
+
+    async def settle(self, timeout_s: float = 10.0) -> None:
+        """Wait (a bounded time) for the catalog refreshes under way."""
+        pending = set(self.refreshing)
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
 
     def register(self, entry: ToolEntry) -> bool:
         """Add (or replace) an extension or runtime tool. False when a config tool already

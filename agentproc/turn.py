@@ -37,6 +37,7 @@ from agentproc.extension_state import current_state
 from agentproc.extensions import EventBus
 from agentproc.instance import Instance
 from agentproc.loop_guard import LoopGuard
+from agentproc.mcp_tools import McpTools
 from agentproc.messages import Message, ModelReply, ToolCall, Usage
 from agentproc.middleware import Pipeline
 from agentproc.providers import Provider
@@ -92,6 +93,7 @@ class AgentDefinition:
     compaction_provider: Provider | None = None  # writes summaries; None: `provider` does
     approvals: ApprovalWaits | None = None  # set by the agent process (`agentproc.approvals`)
     settings: AgentSettings = DEFAULTS.agent  # tool threads and time limits
+    mcp: McpTools | None = None  # the MCP servers of its Tools, closed with the agent
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
     deadlines: Deadlines = field(init=False)  # of this agent's running turns
@@ -419,6 +421,8 @@ class TurnRun:
             if over is not None:
                 self.log.warning("turn stopped: over budget", reason=over)
                 return self._stop_for_budget(over)
+            if agent.registry.refreshing:  # an MCP server changed its tools
+                await agent.registry.settle()
             runtime_tools = frozenset({POLL_TOOL}) if self.instance.jobs.has_open() else frozenset()
             ctx = StepCtx(
                 agent.pipeline.chain("step", run_step),

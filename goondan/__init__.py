@@ -76,6 +76,7 @@ from goondan.tools import (
     ToolHandler,
     ToolProgress,
     ToolResult,
+    ToolSource,
 )
 from ipc.error_codes import ErrorCode
 from ipc.tasks import TaskSet
@@ -140,6 +141,7 @@ __all__ = [
     "ToolHandler",
     "ToolProgress",
     "ToolResult",
+    "ToolSource",
     "TruncateMessages",
     "TurnMiddleware",
     "TurnMiddlewareContext",

@@ -125,6 +125,14 @@ class ToolProgress(msgspec.Struct, frozen=True, omit_defaults=True):
     data: Any = None
 
 
+class ToolSource(msgspec.Struct, frozen=True):
+    """Where a catalog item comes from when it is not plain config: `{type: mcp, name}` for
+    the tools of an MCP server declared by the Tool resource `name`."""
+
+    type: Literal["mcp"]
+    name: str
+
+
 class ToolCatalogItem(msgspec.Struct, frozen=True, omit_defaults=True):
     """One entry of a step's Tool Catalog: what the LLM is offered.
 
@@ -137,7 +145,7 @@ class ToolCatalogItem(msgspec.Struct, frozen=True, omit_defaults=True):
     parameters: dict[str, Any] = msgspec.field(
         default_factory=lambda: {"type": "object", "properties": {}}
     )
-    source: Literal["config", "extension", "runtime"] = "config"
+    source: Literal["config", "extension", "runtime"] | ToolSource = "config"
 
 
 ToolHandler = Callable[["ToolContext", dict[str, Any]], Any]

@@ -394,6 +394,12 @@ class ErrorCode(StrEnum):
         "tool",
         "The model repeats the same tool call; it was not run again.",
     )
+    E_TOOL_MCP = (
+        "E_TOOL_MCP",
+        "tool",
+        "An MCP server's tool reported an error (isError), or the server could not start or "
+        "died during the call.",
+    )
     E_TOOL_MIDDLEWARE = "E_TOOL_MIDDLEWARE", "tool", "A toolCall middleware raised."
     E_TOOL_NOT_FOUND = "E_TOOL_NOT_FOUND", "tool", "No tool of that name."
     E_TOOL_NOT_IN_CATALOG = (

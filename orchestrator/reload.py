@@ -92,6 +92,8 @@ def agent_fingerprints(bundle: Bundle, swarm: Resource) -> dict[str, str]:
 
 
 def _read(resource: Resource) -> bytes:
+    if resource.spec.entry is None:  # an MCP Tool: its spec is the whole fingerprint
+        return b""
     try:
         return read_regular_file(resource.entry_path(), codes.MAX_ENTRY_BYTES)
     except OSError:

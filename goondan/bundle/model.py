@@ -217,12 +217,27 @@ class ToolExport(msgspec.Struct, frozen=True):
     parameters: dict[str, Any]
 
 
+class McpServerSpec(msgspec.Struct, frozen=True):
+    """`Tool.spec.mcp`: an MCP server whose tools become this Tool's exports. Exactly one of
+    `command` (stdio: argv of a child of the agent) and `url` (streamable HTTP) is set."""
+
+    command: tuple[str, ...] = ()
+    url: str | None = None
+    env: dict[str, ValueSource] = {}  # stdio only
+    headers: dict[str, ValueSource] = {}  # http only
+    cwd: str | None = None  # relative to Source.root; None: the root itself
+    startup_timeout_ms: int = 10_000
+
+
 class ToolSpec(msgspec.Struct, frozen=True):
-    entry: str  # relative to Source.root
+    entry: str | None  # relative to Source.root; None for an MCP Tool
     exports: tuple[ToolExport, ...]
     error_message_limit: int = 1000
     timeout_ms: int | None = None  # per call; None: the runtime default
     sequential: bool = False  # never runs beside another call of the same response
+    mcp: McpServerSpec | None = None  # set instead of `entry` / `exports`
+    include: tuple[str, ...] | None = None  # MCP: the server's tool names (globs) to offer
+    exclude: tuple[str, ...] = ()
 
 
 class ExtensionSpec(msgspec.Struct, frozen=True):

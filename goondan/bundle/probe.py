@@ -48,6 +48,8 @@ def bundle_entries(bundle: Bundle) -> list[Resource]:
     found: dict[tuple[str, str, str], Resource] = {}
 
     def add(resource: Resource) -> None:
+        if resource.spec.entry is None:  # an MCP Tool: nothing to import (nor to start)
+            return
         found.setdefault((resource.package, resource.kind, resource.name), resource)
 
     for resource in bundle.resources:

@@ -23,6 +23,7 @@ from goondan.bundle.model import (
 from goondan.bundle.names import LLM_TOOL_NAME, TOOL_SEPARATOR, llm_tool_name
 from goondan.bundle.schemas import compile_schema
 from goondan.bundle.spec_agents import SPEC
+from goondan.bundle.spec_mcp import parse_filters, parse_mcp
 
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000  # upstream default for errorMessageLimit
 _EVENT_PROPERTY_TYPES = ("string", "number", "integer", "boolean")
@@ -43,12 +44,47 @@ def _entry(chk: Checker, data: dict[str, Any]) -> str | None:
 
 
 def parse_tool(chk: Checker, spec: Any, name: str | None) -> ToolSpec | None:
-    allowed = ("entry", "exports", "errorMessageLimit", "timeoutMs", "sequential")
-    data = chk.mapping(SPEC, spec, allowed, ("entry", "exports"))
+    allowed = (
+        "entry",
+        "exports",
+        "mcp",
+        "include",
+        "exclude",
+        "errorMessageLimit",
+        "timeoutMs",
+        "sequential",
+    )
+    data = chk.mapping(SPEC, spec, allowed)
     if data is None:
         return None
     mark = chk.mark()
-    entry = _entry(chk, data)
+    mcp = None
+    include: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    if data.get("mcp") is not None:
+        # `entry` XOR `mcp`: an MCP Tool's exports are the server's tools.
+        for key in ("entry", "exports"):
+            if data.get(key) is not None:
+                chk.error(
+                    (*SPEC, key),
+                    f"'{key}' cannot be set beside 'mcp': the MCP server's tools are the exports",
+                    f"remove '{key}', or remove 'mcp' for a Python Tool",
+                )
+        mcp = parse_mcp(chk, data["mcp"])
+        include, exclude = parse_filters(chk, data)
+        entry = None
+    else:
+        for key in ("entry", "exports"):
+            if data.get(key) is None:
+                chk.error(
+                    (*SPEC, key),
+                    f"required field '{key}' is missing",
+                    f"add '{key}' (or 'mcp' for a Tool whose tools come from an MCP server)",
+                )
+        for key in ("include", "exclude"):
+            if data.get(key) is not None:
+                chk.error((*SPEC, key), f"'{key}' filters an MCP server's tools: it needs 'mcp'")
+        entry = _entry(chk, data)
     limit: int | None = DEFAULT_ERROR_MESSAGE_LIMIT
     if data.get("errorMessageLimit") is not None:
         limit = chk.integer((*SPEC, "errorMessageLimit"), data["errorMessageLimit"], minimum=1)
@@ -60,9 +96,9 @@ def parse_tool(chk: Checker, spec: Any, name: str | None) -> ToolSpec | None:
         sequential = chk.boolean((*SPEC, "sequential"), data["sequential"]) is True
     tool_name_ok = name is not None and _check_tool_name(chk, name)
     exports: list[ToolExport] = []
-    if data.get("exports") is not None:
+    if data.get("exports") is not None and mcp is None:
         exports = _exports(chk, data["exports"], name if tool_name_ok else None)
-    if not chk.clean_since(mark) or entry is None or limit is None:
+    if not chk.clean_since(mark) or (entry is None and mcp is None) or limit is None:
         return None
     return ToolSpec(
         entry=entry,
@@ -70,6 +106,9 @@ def parse_tool(chk: Checker, spec: Any, name: str | None) -> ToolSpec | None:
         error_message_limit=limit,
         timeout_ms=timeout_ms,
         sequential=sequential,
+        mcp=mcp,
+        include=include,
+        exclude=exclude,
     )
 
 

@@ -30,7 +30,6 @@ class Template:
 
 DEFAULT_TEMPLATE = "quickstart"
 
-# `mcp` joins these once MCP tools exist (issue 30).
 TEMPLATES: dict[str, Template] = {
     t.name: t
     for t in (
@@ -66,6 +65,15 @@ TEMPLATES: dict[str, Template] = {
                 "export WEBHOOK_SECRET=$(openssl rand -hex 32)",
                 "goondan run {dir}            # listens on 127.0.0.1:8080",
                 "# then POST a signed request: {dir}/README.md shows one with curl",
+            ),
+        ),
+        Template(
+            "mcp",
+            "an agent whose tools come from an MCP server written with the mcp SDK; no key",
+            (
+                "goondan tools list --agent assistant {dir}",
+                'goondan run {dir} --transcript --input "How many words are in '
+                "'the quick brown fox jumps'?\"",
             ),
         ),
     )

@@ -73,6 +73,7 @@ PUBLIC = [
     "ToolHandler",
     "ToolProgress",
     "ToolResult",
+    "ToolSource",
     "TruncateMessages",
     "TurnMiddleware",
     "TurnMiddlewareContext",
