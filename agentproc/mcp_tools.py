@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import os
 import re
 import sys
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 MAX_NAME = 64
 STDERR_TAIL_CHARS = 2000
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+CLOSE_TIMEOUT_S = 10.0  # the SDK's own shutdown takes at most about 6 s
 STABLE_AFTER_S = 10.0  # a connection that lived this long resets the back-off
 WAIT_FOR_RESTART_S = 2.0  # a call waits for a restart due this soon, else fails at once
 _INVALID = re.compile(r"[^A-Za-z0-9_-]")
@@ -136,6 +138,7 @@ class McpServer:
         self._attempts = 0  # failed attempts since the last stable connection
         self._connected_at = 0.0
         self._errlog: TextIO | None = None  # the current server's stderr
+        self._scope: Any = None  # anyio.CancelScope of the connection under way
         self._stale = False  # list_changed arrived: list again
         self._refresh: asyncio.Task[None] | None = None
         self._log = structlog.get_logger().bind(mcpServer=self.name)
@@ -159,10 +162,17 @@ class McpServer:
         return True
 
     async def aclose(self) -> None:
+        """Stop the server (stdio: stdin closed, then SIGTERM, then SIGKILL, as the SDK does)."""
         self.state = "closed"
         self._dead.set()
-        for task in (self._refresh, self._task):
-            if task is not None and not task.done():
+        if self._scope is not None:
+            self._scope.cancel()  # anyio's own cancel: the SDK's shielded shutdown still runs
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh.cancel()
+        task = self._task
+        if task is not None and not task.done():
+            done, _ = await asyncio.wait({task}, timeout=CLOSE_TIMEOUT_S)
+            if not done:
                 task.cancel()
                 with contextlib.suppress(BaseException):
                     await task
@@ -223,9 +233,16 @@ class McpServer:
         # reads of the tail must not move where its next line lands.
         errlog = tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
         self._errlog = errlog
+        # The start-up limit is this scope's deadline, lifted once the server answered; an
+        # anyio scope (not asyncio.timeout) so that the SDK's shielded shutdown of a server
+        # still runs when it fires, or when `aclose` cancels.
+        scope = anyio.CancelScope(
+            deadline=anyio.current_time() + self.spec.startup_timeout_ms / 1000
+        )
+        self._scope = scope
         try:
-            async with contextlib.AsyncExitStack() as stack:
-                async with asyncio.timeout(self.spec.startup_timeout_ms / 1000):
+            with scope:
+                async with contextlib.AsyncExitStack() as stack:
                     read, write = await stack.enter_async_context(self._transport(errlog))
                     relay_in, relay_out = anyio.create_memory_object_stream[Any](0)
                     group = await stack.enter_async_context(anyio.create_task_group())
@@ -236,21 +253,23 @@ class McpServer:
                     )
                     await session.initialize()
                     await self._list(session)
-                if self._dead.is_set():
-                    return
-                self._session = session
-                self.state = "ready"
-                self._connected_at = time.monotonic()
-                self.last_error = None
-                if self._outcome is not None and not self._outcome.done():
-                    self._outcome.set_result(None)
-                self._log.info("MCP server ready", tools=list(self.exports))
-                await self._dead.wait()
-        except TimeoutError:
-            self._down(
-                f"it did not answer within startupTimeoutMs ({self.spec.startup_timeout_ms} ms)"
-            )
+                    scope.deadline = math.inf
+                    if self._dead.is_set():
+                        return
+                    self._session = session
+                    self.state = "ready"
+                    self._connected_at = time.monotonic()
+                    self.last_error = None
+                    if self._outcome is not None and not self._outcome.done():
+                        self._outcome.set_result(None)
+                    self._log.info("MCP server ready", tools=list(self.exports))
+                    await self._dead.wait()
+            if scope.cancelled_caught and not self.closed:
+                self._down(
+                    f"it did not answer within startupTimeoutMs ({self.spec.startup_timeout_ms} ms)"
+                )
         finally:
+            self._scope = None
             self._session = None
             self.stderr_tail = self._read_stderr() or self.stderr_tail
             self._errlog = None
@@ -296,15 +315,15 @@ class McpServer:
         return out
 
     async def _relay(self, read: Any, out: Any) -> None:
-        """Pass the transport's messages on; its end is the connection's end."""
+        """Pass the transport's messages on; its end is the connection's end (a cancel is our
+        own shutdown, not an end to report)."""
         try:
             async with out:
                 async for message in read:
                     await out.send(message)
         except Exception as exc:  # noqa: BLE001 - a broken transport is the same end
             self.last_error = _describe(exc)
-        finally:
-            self._down(self.last_error or "the server closed the connection")
+        self._down(self.last_error or "the server closed the connection")
 
     # -- tools -------------------------------------------------------------------------------
 
