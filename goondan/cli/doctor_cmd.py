@@ -2,8 +2,9 @@
 needs, one line per check (ok / warn / fail, what, how to fix); exit 1 when a check failed.
 
 The checks: Python and dependency versions, the state root, the bundle, the environment
-variables it reads (`doctor_env`), its model endpoints and connector ports (`doctor_net`), and
-systemd hints. Nothing here prints a variable's value.
+variables it reads (`doctor_env`), its model endpoints and connector ports (`doctor_net`), its
+MCP servers (started, asked for their tools, stopped: `tools_cmd`), and systemd hints.
+Nothing here prints a variable's value.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from goondan.cli.client import daemon_running
 from goondan.cli.doctor_env import check_env
 from goondan.cli.doctor_net import check_endpoints, check_ports
 from goondan.cli.doctor_report import Check, exit_code, fail, ok, print_report, warn
+from goondan.cli.tools_cmd import check_mcp
 from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.paths import StatePaths
 
@@ -59,6 +61,7 @@ def run_doctor(args: argparse.Namespace) -> int:
         checks += check_env(bundle, env_files, os.environ)
         checks += check_endpoints(bundle, os.environ, online=args.online)
         checks += check_ports(bundle, os.environ, daemon_running=running)
+        checks += check_mcp(bundle)
     checks += check_systemd()
     print_report(checks, sys.stdout, as_json=args.json, colour=sys.stdout.isatty())
     return exit_code(checks)

@@ -40,6 +40,11 @@ def env_needs(bundle: Bundle) -> list[EnvNeed]:
             for key, source in getattr(connection.spec, field).items():
                 where = f"{connection.label} spec.{field}.{key}"
                 needs.extend(_from_source(source, where, True))
+    for tool in bundle.of_kind("Tool"):
+        mcp = tool.spec.mcp
+        for field, sources in (("env", mcp.env), ("headers", mcp.headers)) if mcp else ():
+            for key, source in sources.items():
+                needs.extend(_from_source(source, f"{tool.label} spec.mcp.{field}.{key}", True))
     for kind in ("Extension", "Tool"):
         for resource in bundle.of_kind(kind):
             config = getattr(resource.spec, "config", None)

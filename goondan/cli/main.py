@@ -29,6 +29,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan instance list|show|delete     stored conversations
   goondan approvals|approve|deny ID     tool calls waiting for a human
   goondan doctor [./my-bundle]          check everything `run` needs, one line per check
+  goondan tools list --agent NAME       an agent's tools (starts its MCP servers to ask them)
 
 Every command's --help says what it prints on a terminal and on a pipe, and its exit codes.
 Ctrl-C ends a command with exit 130 (`run` stops the swarm cleanly; `logs -f` exits 0).
@@ -494,6 +495,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
     _env_file_argument(p)
 
+    p = sub.add_parser("tools", help="list an agent's tools (MCP servers are started and asked)")
+    tools = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = tools.add_parser(
+        "list",
+        help="an agent's tools: Python exports, and what its MCP servers answer",
+        description="List the tools an agent gets from its Tool resources: a Python Tool's "
+        "declared exports, and what each MCP Tool's server answers (the server is started as "
+        "the agent would start it, with the env files read as `goondan run` reads them, then "
+        "stopped). Tools that extensions register at run time are not listed.",
+        formatter_class=HelpFormatter,
+        epilog="prints: one line per tool (name, source, first line of its description), the "
+        "same on a terminal and on a pipe (--json: {agent, tools, errors}); a server that "
+        "cannot start on stderr, with its stderr's tail\n"
+        "exit: 0 listed, 1 a server could not start, the agent is unknown or the bundle does "
+        "not validate, 2 bad usage",
+    )
+    q.add_argument(
+        "path", nargs="?", default=".", help="bundle directory or goondan.yaml (default: .)"
+    )
+    q.add_argument("--agent", required=True, metavar="NAME", help="the agent whose tools to list")
+    q.add_argument("--json", action="store_true", help="print the tools as JSON")
+    _env_file_argument(q)
+
     p = sub.add_parser(
         "studio",
         help="print the running swarm's web studio URL and open it in a browser",
@@ -647,6 +671,10 @@ def _run_command(argv: Sequence[str] | None) -> int:
         from goondan.cli.doctor_cmd import run_doctor
 
         return run_doctor(args)
+    if args.command == "tools":
+        from goondan.cli.tools_cmd import run_tools
+
+        return run_tools(args)
     if args.command == "logs":
         from goondan.cli.logs_cmd import run_logs
 

@@ -45,7 +45,7 @@ def test_list_names_every_template_with_a_description():
     assert [line.split()[0] for line in lines] == list(TEMPLATES)
     assert lines[0].startswith("quickstart") and lines[0].endswith("(default)")
     assert all(len(line.split(maxsplit=1)) == 2 for line in lines)  # a name and a description
-    assert "mcp" not in TEMPLATES  # arrives with MCP tools (issue 30)
+    assert "mcp" in TEMPLATES  # MCP tools (issue 30): tests/e2e/test_mcp_e2e.py runs it
 
 
 def test_an_unknown_template_exits_2_with_the_list(tmp_path):
@@ -255,4 +255,5 @@ def test_templates_come_from_a_non_editable_install(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert (elsewhere / name / "goondan.yaml").is_file()
         assert (elsewhere / name / ".gitignore").is_file()
-        assert (elsewhere / name / "tools" / "calc.py").is_file()
+        entry = "servers/text.py" if name == "mcp" else "tools/calc.py"
+        assert (elsewhere / name / entry).is_file()

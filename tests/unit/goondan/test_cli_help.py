@@ -22,6 +22,7 @@ COMMANDS = [
     ["deny"],
     ["stop"],
     ["studio"],
+    ["tools", "list"],
 ]
 
 
