@@ -120,6 +120,10 @@ def result_message(message_id: str, call: ToolCall, result: ToolResult) -> Messa
     metadata: dict[str, Any] = {"toolName": call.name, "status": result.status}
     if result.handle is not None:
         metadata["handle"] = result.handle
+    if result.details is not None:
+        media = _images(result.details)
+        if media:
+            metadata["media"] = media  # for the providers that take images (Anthropic)
     return Message(
         id=message_id,
         role="tool",
@@ -127,6 +131,22 @@ def result_message(message_id: str, call: ToolCall, result: ToolResult) -> Messa
         tool_call_id=call.id,
         metadata=metadata,
     )
+
+
+def _images(details: Any) -> list[dict[str, str]]:
+    """`details["media"]` images of a tool result (an MCP tool's image content): the text the
+    model reads only describes them, a provider that takes images sends them too."""
+    media = details.get("media") if isinstance(details, dict) else None
+    if not isinstance(media, list):
+        return []
+    return [
+        {"type": "image", "mimeType": item["mimeType"], "data": item["data"]}
+        for item in media
+        if isinstance(item, dict)
+        and item.get("type") == "image"
+        and isinstance(item.get("mimeType"), str)
+        and isinstance(item.get("data"), str)
+    ]
 
 
 def llm_text(result: ToolResult) -> str:

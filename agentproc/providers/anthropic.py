@@ -436,6 +436,22 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
         }
         if message.content:
             result["content"] = message.content
+        media = message.metadata.get("media")
+        if media:  # a tool's images (MCP image content) go with the text that describes them
+            result["content"] = [
+                {"type": "text", "text": message.content or ""},
+                *(
+                    {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": m["mimeType"],
+                            "data": m["data"],
+                        },
+                    }
+                    for m in media
+                ),
+            ]
         if _is_error_result(message.content):
             result["is_error"] = True
         return [result]
