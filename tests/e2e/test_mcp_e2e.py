@@ -32,7 +32,11 @@ def mcp_bundle(directory: Path, steps: list[dict[str, Any]], **mcp: Any) -> Path
         {
             "kind": "Tool",
             "metadata": {"name": "fake"},
-            "spec": {"mcp": {"command": ["python", SERVER], **mcp}, "timeoutMs": 20000},
+            "spec": {
+                # A long start-up limit: importing the SDK is slow on a busy machine.
+                "mcp": {"command": ["python", SERVER], "startupTimeoutMs": 60000, **mcp},
+                "timeoutMs": 20000,
+            },
         },
         {
             "kind": "Agent",

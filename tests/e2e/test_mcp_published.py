@@ -32,6 +32,7 @@ BUNDLE = """\
     spec:
       mcp:
         command: [python, -m, mcp_server_time, --local-timezone, UTC]
+        startupTimeoutMs: 60000
       timeoutMs: 30000
     ---
     apiVersion: goondan.ai/v1

@@ -55,6 +55,24 @@ async def slow(seconds: float) -> str:
     return "slept"
 
 
+_arrived = 0
+_together = asyncio.Event()
+
+
+@server.tool(structured_output=False)
+async def meet() -> str:
+    """Answers once two calls are running at the same time (proof of parallel calls)."""
+    global _arrived
+    _arrived += 1
+    if _arrived >= 2:
+        _together.set()
+    try:
+        await asyncio.wait_for(_together.wait(), 20)
+    except TimeoutError:
+        raise ToolError("no other call arrived while this one ran") from None
+    return "met"
+
+
 @server.tool()
 def pid() -> dict[str, int]:
     """The server's process id (for the orphan tests)."""

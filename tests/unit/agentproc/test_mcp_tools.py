@@ -4,6 +4,7 @@ timeouts, filters, a server that cannot start, and the export naming rule."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -44,6 +45,7 @@ SERVER = str(REPO / "tests" / "fakes" / "mcp_server.py")
 def tool(name: str, root: Path = REPO, **spec: Any) -> Resource:
     server = {k: spec.pop(k) for k in list(spec) if k in McpServerSpec.__struct_fields__}
     server.setdefault("command", ("python", SERVER))
+    server.setdefault("startup_timeout_ms", 60_000)  # importing the SDK is slow on a busy machine
     return Resource(
         kind="Tool",
         metadata=Metadata(name),
@@ -131,6 +133,12 @@ async def test_stdio_tools_become_registry_entries_and_answer(agent_of):
     # structuredContent is preferred; plain text otherwise (the server's name had a dot).
     assert (await agent.call("fake__add", {"a": 2, "b": 40})).output == {"sum": 42}
     assert (await agent.call("fake__echo_text", {"text": "hi"})).output == "hi"
+
+
+async def test_calls_of_one_response_run_in_parallel_on_one_server(agent_of):
+    agent = await agent_of(tool("fake"))
+    first, second = await asyncio.gather(agent.call("fake__meet"), agent.call("fake__meet"))
+    assert (first.output, second.output) == ("met", "met")
 
 
 async def test_is_error_becomes_e_tool_mcp(agent_of):

@@ -24,7 +24,10 @@ async def test_an_mcp_image_reaches_anthropic_as_an_image_and_others_as_text():
         spec=ToolSpec(
             entry=None,
             exports=(),
-            mcp=McpServerSpec(command=("python", str(REPO / "tests/fakes/mcp_server.py"))),
+            mcp=McpServerSpec(
+                command=("python", str(REPO / "tests/fakes/mcp_server.py")),
+                startup_timeout_ms=60_000,  # importing the SDK is slow on a busy machine
+            ),
         ),
         package=LOCAL_SCOPE,
         source=Source(file=REPO / "goondan.yaml", line=1, doc_index=0, root=REPO),
