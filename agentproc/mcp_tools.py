@@ -35,6 +35,7 @@ from collections.abc import Callable
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
+import msgspec
 import structlog
 
 from agentproc.tool_registry import ToolEntry, ToolRegistry, make_entry
@@ -114,8 +115,11 @@ class McpServer:
         resource: Resource,
         *,
         on_tools: Callable[[McpServer], None] | None = None,
+        on_refresh: Callable[[asyncio.Task[None]], None] | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
+        """`on_tools(server)`: its tool list is new; `on_refresh(task)`: a re-listing after
+        `list_changed` is under way (the registry lets the next step wait for it)."""
         self.resource = resource
         self.name = resource.name
         tool_spec: ToolSpec = resource.spec
@@ -124,6 +128,7 @@ class McpServer:
         self.spec: McpServerSpec = tool_spec.mcp
         self.environ = os.environ if env is None else env
         self.on_tools = on_tools
+        self.on_refresh = on_refresh
         self.state: State = "idle"
         self.tools: list[Any] = []  # mcp_types.Tool, as the server listed them
         self.exports: dict[str, str] = {}  # export name -> server tool name
@@ -139,7 +144,6 @@ class McpServer:
         self._connected_at = 0.0
         self._errlog: TextIO | None = None  # the current server's stderr
         self._scope: Any = None  # anyio.CancelScope of the connection under way
-        self._stale = False  # list_changed arrived: list again
         self._refresh: asyncio.Task[None] | None = None
         self._log = structlog.get_logger().bind(mcpServer=self.name)
 
@@ -341,19 +345,15 @@ class McpServer:
                 break
         self.tools = [t for t in tools if selected(self.tool_spec, t.name)]
         self.exports = export_names(self.name, [t.name for t in self.tools])
-        self._stale = False
         if self.on_tools is not None:
             self.on_tools(self)
 
     async def _on_message(self, message: Any) -> None:
         if getattr(message, "method", None) == "notifications/tools/list_changed":
-            self._stale = True
             if self.on_tools is not None and (self._refresh is None or self._refresh.done()):
                 self._refresh = asyncio.get_running_loop().create_task(self._relist())
-                self.on_refresh(self._refresh)
-
-    def on_refresh(self, task: asyncio.Task[None]) -> None:
-        """Told of each refresh under way (the registry waits for it at the next step)."""
+                if self.on_refresh is not None:
+                    self.on_refresh(self._refresh)
 
     async def _relist(self) -> None:
         session = self._session
@@ -391,6 +391,10 @@ class McpServer:
         if session is None or self.state != "ready":
             raise McpError(self._message("is not running"))
         return session
+
+    def failure(self) -> str:
+        """Why it is not running: the server, its last error and its stderr's tail."""
+        return self._message("could not start")
 
     def _message(self, what: str) -> str:
         where = " ".join(self.spec.command) if self.spec.command else self.spec.url
@@ -442,8 +446,6 @@ class McpServer:
                 timeout_ms=spec.timeout_ms,
                 sequential=spec.sequential,
             )
-            import msgspec
-
             return msgspec.structs.replace(entry, parameters=params)
 
     def placeholder_entries(self) -> list[ToolEntry]:
@@ -458,8 +460,6 @@ class McpServer:
 
 
 def _with_origin(entry: ToolEntry, origin: ToolSource) -> ToolEntry:
-    import msgspec
-
     return msgspec.structs.replace(entry, origin=origin)
 
 
@@ -519,10 +519,10 @@ class McpTools:
     def __init__(self, registry: ToolRegistry, resources: list[Resource]) -> None:
         self.registry = registry
         self.servers = [
-            McpServer(r, on_tools=self._on_tools) for r in resources if r.spec.mcp is not None
+            McpServer(r, on_tools=self._on_tools, on_refresh=self._track)
+            for r in resources
+            if r.spec.mcp is not None
         ]
-        for server in self.servers:
-            server.on_refresh = self._track  # type: ignore[method-assign]
 
     def _on_tools(self, server: McpServer) -> None:
         self.registry.replace_group(server.name, server.entries())
@@ -541,7 +541,7 @@ class McpTools:
             structlog.get_logger().warning(
                 "MCP server could not start; its tools fail until it does",
                 mcpServer=server.name,
-                error=server._message("could not start"),
+                error=server.failure(),
             )
             placeholders = server.placeholder_entries()
             if placeholders:

@@ -48,7 +48,7 @@ async def start_servers(resources: list[Resource]) -> list[ServerReport]:
         failed = await mcp.start()
         reports = []
         for server in mcp.servers:
-            error = server._message("could not start") if server in failed else None
+            error = server.failure() if server in failed else None
             tools = [
                 Listed(entry.name, entry.description, {"type": "mcp", "name": server.name})
                 for entry in server.entries()

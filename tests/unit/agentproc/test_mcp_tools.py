@@ -220,7 +220,7 @@ async def test_a_server_that_cannot_start_is_a_tool_error_naming_it(agent_of, tm
 async def test_a_missing_command_names_it(agent_of, tmp_path):
     agent = await agent_of(tool("gone", command=("no-such-mcp-server",), startup_timeout_ms=5000))
     [server] = agent.mcp.servers
-    message = server._message("could not start")
+    message = server.failure()
     assert "cannot run 'no-such-mcp-server'" in message
 
 
