@@ -31,7 +31,7 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
@@ -200,7 +200,7 @@ class McpServer:
             self._log.warning(
                 "MCP server is down; restarting",
                 error=self.last_error,
-                retryInS=round(self._next_attempt - time.monotonic(), 1),
+                retryInS=max(0.0, round(self._next_attempt - time.monotonic(), 1)),
             )
             await asyncio.sleep(max(0.0, self._next_attempt - time.monotonic()))
 
@@ -288,8 +288,16 @@ class McpServer:
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             headers = self._values(self.spec.headers, "headers")
-            client = create_mcp_http_client(headers=headers)
-            return streamable_http_client(self.spec.url, http_client=client)
+            url = self.spec.url
+
+            @contextlib.asynccontextmanager
+            async def http() -> AsyncIterator[Any]:
+                # The transport leaves a client it was given open: it is closed here.
+                async with create_mcp_http_client(headers=headers) as client:
+                    async with streamable_http_client(url, http_client=client) as streams:
+                        yield streams
+
+            return http()
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         argv = list(self.spec.command)
@@ -369,12 +377,16 @@ class McpServer:
 
     async def call(self, tool: str, args: dict[str, Any]) -> ToolResult:
         from mcp.shared.exceptions import MCPError
+        from mcp_types.jsonrpc import CONNECTION_CLOSED
 
         session = await self._usable()
         try:
             result = await session.call_tool(tool, args)
         except MCPError as exc:
-            if self._dead.is_set() or self._session is not session:
+            if exc.code == CONNECTION_CLOSED or self._dead.is_set() or self._session is not session:
+                # Over HTTP nothing else tells us the server went away: reconnect (with
+                # back-off) rather than keep a session every call would fail on.
+                self._down(f"the connection ended: {exc.message}")
                 raise McpError(self._message(f"died during the call to '{tool}'")) from None
             raise McpError(
                 f"MCP server '{self.name}' answered '{tool}' with an error: {exc}"

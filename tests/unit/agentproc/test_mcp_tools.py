@@ -275,37 +275,75 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class HttpServer:
+    """The fake server over streamable HTTP on 127.0.0.1, in a process of its own."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tempfile.TemporaryFile()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, SERVER, "--http", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log,
+        )
+        proc = self.proc
+
+        def listening() -> bool:
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_for(lambda: proc.poll() is not None or listening(), 60)
+        assert proc.poll() is None, self.log.seek(0) or self.log.read()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.fixture
-def http_server() -> Iterator[str]:
-    port = free_port()
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [sys.executable, SERVER, "--http", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-
-    def listening() -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
-
+def http() -> Iterator[HttpServer]:
+    server = HttpServer()
+    server.start()
     try:
-        wait_for(lambda: proc.poll() is not None or listening(), 30)
-        assert proc.poll() is None, log.seek(0) or log.read()
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield server
     finally:
-        proc.kill()
-        proc.wait()
-        log.close()
+        server.kill()
+        server.log.close()
 
 
-async def test_streamable_http_calls_with_headers(agent_of, http_server, monkeypatch):
+async def test_an_http_server_dying_mid_call_is_an_error_then_a_reconnect(agent_of, http):
+    agent = await agent_of(tool("web", command=(), url=http.url))
+
+    async def kill_soon() -> None:
+        await asyncio.sleep(1)
+        http.kill()
+
+    killer = asyncio.ensure_future(kill_soon())
+    result = await agent.call("web__slow", {"seconds": 60})
+    await killer
+    assert result.error is not None and result.error.code == "E_TOOL_MCP"
+    assert (
+        "MCP server 'web'" in result.error.message
+        and "died during the call" in result.error.message
+    )
+    # The client reconnects with back-off, and gets the server back once it is up again.
+    http.start()
+    await until(lambda: agent.mcp.servers[0].state == "ready", 60)
+    assert (await agent.call("web__add", {"a": 2, "b": 2})).output == {"sum": 4}
+
+
+async def test_streamable_http_calls_with_headers(agent_of, http, monkeypatch):
     monkeypatch.setenv("FAKE_MCP_BEARER", "Bearer t0ken")
     agent = await agent_of(
         tool(
             "web",
             command=(),
-            url=http_server,
+            url=http.url,
             headers={"Authorization": ValueSource(env="FAKE_MCP_BEARER")},
         )
     )
