@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import math
 import os
@@ -50,6 +51,10 @@ if TYPE_CHECKING:
 
 MAX_NAME = 64
 STDERR_TAIL_CHARS = 2000
+# A chatty server's stderr file is cut back to its tail past this size, checked this often.
+STDERR_MAX_BYTES = 1024 * 1024
+STDERR_KEEP_BYTES = 64 * 1024
+STDERR_CHECK_S = 30.0
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
 CLOSE_TIMEOUT_S = 10.0  # the SDK's own shutdown takes at most about 6 s
 STABLE_AFTER_S = 10.0  # a connection that lived this long resets the back-off
@@ -233,9 +238,7 @@ class McpServer:
         self.state = "starting"
         self.starts += 1
         self._dead = asyncio.Event()
-        # Append mode: the server writes through its own descriptor of this file, and our
-        # reads of the tail must not move where its next line lands.
-        errlog = tempfile.TemporaryFile("a+", encoding="utf-8", errors="replace")
+        errlog = stderr_file()
         self._errlog = errlog
         # The start-up limit is this scope's deadline, lifted once the server answered; an
         # anyio scope (not asyncio.timeout) so that the SDK's shielded shutdown of a server
@@ -267,7 +270,10 @@ class McpServer:
                     if self._outcome is not None and not self._outcome.done():
                         self._outcome.set_result(None)
                     self._log.info("MCP server ready", tools=list(self.exports))
-                    await self._dead.wait()
+                    while not self._dead.is_set():
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._dead.wait(), STDERR_CHECK_S)
+                        trim_stderr(errlog)
             if scope.cancelled_caught and not self.closed:
                 self._down(
                     f"it did not answer within startupTimeoutMs ({self.spec.startup_timeout_ms} ms)"
@@ -504,6 +510,32 @@ def to_result(result: Any) -> ToolResult:
     if result.structured_content is not None:
         return ToolResult.ok(result.structured_content, details=details)
     return ToolResult.ok("\n".join(texts), details=details)
+
+
+def stderr_file() -> TextIO:
+    """A temporary file for a server's stderr, in O_APPEND mode: the server writes through its
+    own descriptor of the same open file, and our reads of the tail (which seek) must not move
+    where its next line lands. (`TemporaryFile("a+")` alone does not set O_APPEND.)"""
+    errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+    fd = errlog.fileno()
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+    return errlog
+
+
+def trim_stderr(errlog: TextIO, limit: int = STDERR_MAX_BYTES) -> None:
+    """Keep a server's stderr file bounded: past `limit` bytes, only its last
+    STDERR_KEEP_BYTES stay. The file is in append mode, so the server's next write still
+    lands at the (new) end; a line written during the cut may be lost."""
+    try:
+        fd = errlog.fileno()
+        size = os.fstat(fd).st_size
+        if size <= limit:
+            return
+        keep = os.pread(fd, STDERR_KEEP_BYTES, size - STDERR_KEEP_BYTES)
+        os.ftruncate(fd, 0)
+        os.write(fd, keep)
+    except (OSError, ValueError):
+        pass
 
 
 def _tail(errlog: TextIO) -> str:

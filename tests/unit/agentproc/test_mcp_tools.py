@@ -22,7 +22,15 @@ import pytest
 import structlog
 
 from agentproc.catalog import CatalogBuilder, ToolPolicy
-from agentproc.mcp_tools import McpServer, McpTools, export_names, to_result
+from agentproc.mcp_tools import (
+    STDERR_KEEP_BYTES,
+    McpServer,
+    McpTools,
+    export_names,
+    stderr_file,
+    to_result,
+    trim_stderr,
+)
 from agentproc.tool_executor import ToolExecutor
 from agentproc.tool_registry import ToolRegistry, check_tool_name
 from goondan import ToolContext, ToolResult, ToolSource
@@ -247,6 +255,27 @@ async def test_env_values_reach_a_stdio_server_and_cwd_is_used(agent_of, tmp_pat
         )
     )
     assert (await agent.call("fake__whoami")).output == "s3cret"
+
+
+def test_a_servers_stderr_file_stays_bounded():
+    with stderr_file() as errlog:
+        errlog.write("old line\n" * 200_000)
+        errlog.write("the last words\n")
+        errlog.flush()
+        trim_stderr(errlog, limit=100_000)
+        assert os.fstat(errlog.fileno()).st_size <= STDERR_KEEP_BYTES
+        errlog.write("after the cut\n")  # appended at the new end
+        errlog.flush()
+        errlog.seek(0)
+        assert errlog.read().endswith("the last words\nafter the cut\n")
+        # Another descriptor of the same file (the server's) appends at the end too, even
+        # after our reads moved the shared offset.
+        errlog.seek(0)
+        server_fd = os.dup(errlog.fileno())
+        os.write(server_fd, b"from the server\n")
+        os.close(server_fd)
+        errlog.seek(0)
+        assert errlog.read().endswith("after the cut\nfrom the server\n")
 
 
 def test_images_are_described_in_text_and_kept_in_details():
