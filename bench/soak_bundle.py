@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from agentproc.conversation import read_messages
+from ipc.error_codes import ErrorCode
 
 LEDGER_TOOL = '''"""Soak ledger: one line per turn that reached this tool (O_APPEND)."""
 
@@ -191,7 +192,7 @@ def coordinator_turns(state_root: Path) -> dict[str, CoordinatorTurn]:
                 turn = turns.setdefault(text.removeprefix("req ").strip(), CoordinatorTurn())
             calls = ",".join(call.name for call in message.tool_calls)
             turn.summary += f"{message.role}:{calls or text[:60]} | "
-            if message.role == "tool" and "E_TOOL_INTERRUPTED" in text:
+            if message.role == "tool" and ErrorCode.E_TOOL_INTERRUPTED in text:
                 turn.cut_short |= message.tool_call_id in ledger_calls
             if message.role == "assistant" and not message.tool_calls and text.startswith("done "):
                 turn.answered = True
