@@ -270,6 +270,16 @@ class ErrorCode(StrEnum):
         "bundle",
         "A referenced package that is not installed.",
     )
+    E_CONFIG_PACKAGE_VERSION_MISMATCH = (
+        "E_CONFIG_PACKAGE_VERSION_MISMATCH",
+        "bundle",
+        "An installed package whose version is outside the range a dependency asks for.",
+    )
+    E_CONFIG_PACKAGE_LOCK_MISMATCH = (
+        "E_CONFIG_PACKAGE_LOCK_MISMATCH",
+        "bundle",
+        "goondan.lock.yaml names a package version that is not the one installed.",
+    )
     E_CONFIG_PARSE_ERROR = "E_CONFIG_PARSE_ERROR", "bundle", "A bundle file that is not valid YAML."
     E_CONFIG_PATH_OUTSIDE_BUNDLE = (
         "E_CONFIG_PATH_OUTSIDE_BUNDLE",

@@ -10,6 +10,7 @@ from goondan.bundle.model import (
     AgentSpec,
     ModelSpec,
     ObjectRef,
+    PackageSpec,
     Resource,
     SwarmSpec,
 )
@@ -24,25 +25,36 @@ class Bundle:
     Built only by `load_bundle`, which guarantees every reference resolves.
     """
 
-    def __init__(self, root: Path, resources: list[Resource], package_name: str | None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        resources: list[Resource],
+        package_name: str | None,
+        package_roots: dict[str, Path] | None = None,
+    ) -> None:
         self.root = root
         self.resources = resources
         self.package_name = package_name  # the local Package document's name, if any
+        # Directory of every package loaded with the bundle (`@goondan/base` included).
+        self.package_roots: dict[str, Path] = package_roots or {}
         self._index: dict[tuple[str, str, str], Resource] = {
             (r.package, r.kind, r.name): r for r in resources
         }
-        local_package = self._index.get((LOCAL_SCOPE, "Package", package_name or ""))
-        # Packages the bundle declares it depends on: `Tool/bash` then also means
-        # `{kind: Tool, name: bash, package: "@goondan/base"}` (local resources win).
-        self.dependencies: tuple[str, ...] = (
-            tuple(d.name for d in local_package.spec.dependencies) if local_package else ()
-        )
+        # Packages each scope declares it depends on: `Tool/bash` then also means
+        # `{kind: Tool, name: bash, package: "@goondan/base"}` (its own resources win).
+        self._depends: dict[str, tuple[str, ...]] = {
+            r.package: tuple(d.name for d in r.spec.dependencies)
+            for r in resources
+            if r.kind == "Package" and isinstance(r.spec, PackageSpec)
+        }
+        self.dependencies: tuple[str, ...] = self._depends.get(LOCAL_SCOPE, ())
 
     def find(self, ref: ObjectRef, from_package: str = LOCAL_SCOPE) -> Resource | None:
-        """Resolve a reference: its own `package`, else the referrer's scope, else the local one."""
+        """Resolve a reference: its own `package`, else the referrer's scope, else the local one,
+        else the packages the referrer depends on."""
         scopes = [ref.package] if ref.package else [from_package, LOCAL_SCOPE]
-        if not ref.package and from_package == LOCAL_SCOPE:
-            scopes.extend(self.dependencies)
+        if not ref.package:
+            scopes.extend(self._depends.get(from_package, ()))
         if ref.package and ref.package == self.package_name:
             scopes.append(LOCAL_SCOPE)
         for scope in scopes:

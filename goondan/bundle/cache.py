@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from goondan.bundle.bundle import Bundle
-from goondan.bundle.discover import base_package_dir, main_file, resource_files
+from goondan.bundle.discover import main_file, resource_files
 from goondan.bundle.loader import load_bundle
 
 Signature = tuple[tuple[str, int, int], ...]
@@ -20,29 +20,40 @@ _cache: dict[Path, tuple[Signature, Bundle]] = {}
 
 def load_bundle_cached(path: str | Path) -> Bundle:
     """`load_bundle`, unless the same bundle was loaded before and no resource file (of the
-    bundle or of the built-in package) has changed since. Raises `BundleInvalid` like it."""
+    bundle or of a package it loaded) has changed since. Raises `BundleInvalid` like it."""
     root = Path(path).resolve()
-    signature = _signature(root)
+    directory = root if root.is_dir() else root.parent
     hit = _cache.get(root)
-    if signature is not None and hit is not None and hit[0] == signature:
-        return hit[1]
+    own = _signature(directory)
+    if hit is not None and own is not None:
+        packages = _packages_signature(hit[1])
+        if packages is not None and hit[0] == own + packages:
+            return hit[1]
     bundle = load_bundle(path)
-    if signature is not None:
-        _cache[root] = (signature, bundle)
+    # The bundle's own files are signed before loading, so an edit made meanwhile reloads.
+    packages = _packages_signature(bundle)
+    if own is not None and packages is not None:
+        _cache[root] = (own + packages, bundle)
     return bundle
 
 
-def _signature(root: Path) -> Signature | None:
+def _packages_signature(bundle: Bundle) -> Signature | None:
+    parts: Signature = ()
+    for package in bundle.package_roots.values():
+        part = _signature(package)
+        if part is None:
+            return None
+        parts += part
+    return parts
+
+
+def _signature(directory: Path) -> Signature | None:
     """(path, mtime_ns, size) of every resource file; None when it cannot be taken."""
-    directory = root if root.is_dir() else root.parent
     main = main_file(directory)
-    base = base_package_dir()
-    base_main = main_file(base)
-    if main is None or base_main is None:
+    if main is None:
         return None
-    files = [*resource_files(directory, main), *resource_files(base, base_main)]
     entries = []
-    for file in files:
+    for file in resource_files(directory, main):
         try:
             info = os.stat(file)
         except OSError:

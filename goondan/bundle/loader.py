@@ -1,13 +1,15 @@
 """`load_bundle`: files -> documents -> resources -> cross-checks -> `Bundle`, or every error.
 
 A bundle is its directory's goondan.yaml plus the resource files below it (`discover.py`),
-always together with the built-in `@goondan/base` package. Each document is checked on its
+always together with the built-in `@goondan/base` package and the installed packages its
+Package document depends on (`packages.py`). Each document is checked on its
 own first (`envelope.py`, `spec_*.py`), then against the others (`validate.py`). Nothing a
 user can write makes this raise anything but `BundleInvalid`.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,14 +21,16 @@ from goondan.bundle.envelope import Envelope, read_envelope
 from goondan.bundle.errors import BundleInvalid, ConfigError
 from goondan.bundle.fields import Checker
 from goondan.bundle.located import display_path
-from goondan.bundle.model import LOCAL_SCOPE, Resource, Source
+from goondan.bundle.model import LOCAL_SCOPE, PackageSpec, Resource, Source
+from goondan.bundle.packages import BASE_PACKAGE, InstalledPackage, installed_packages
+from goondan.bundle.semver import Range, SemverError, Version
 from goondan.bundle.spec_agents import parse_agent, parse_model, parse_package, parse_swarm
 from goondan.bundle.spec_code import parse_connector, parse_extension, parse_tool
 from goondan.bundle.spec_connection import parse_connection
 from goondan.bundle.validate import Draft, check_all, drop_duplicates
 from goondan.bundle.yamlsrc import read_documents
 
-BASE_PACKAGE = "@goondan/base"
+__all__ = ["BASE_PACKAGE", "load_bundle"]
 
 SpecParser = Callable[[Checker, Any, "str | None"], Any]
 PARSERS: dict[str, SpecParser] = {
@@ -52,24 +56,7 @@ def load_bundle(path: str | Path, *, base_dir: Path | None = None) -> Bundle:
     local_files = resource_files(root, main)
     local, package_name = _load_files(local_files, main, root, LOCAL_SCOPE, errors)
 
-    base_root = (base_dir or base_package_dir()).resolve()
-    base_main = main_file(base_root)
-    base: list[Draft] = []
-    base_files: list[Path] = []
-    if base_main is None:
-        errors.append(
-            ConfigError(
-                code=codes.FILE_NOT_FOUND,
-                message=f"built-in package {BASE_PACKAGE} has no goondan.yaml "
-                f"in {display_path(base_root)}",
-                suggestion="reinstall goondan",
-            )
-        )
-    else:
-        base_files = resource_files(base_root, base_main)  # goondan.yaml + extensions.yaml
-        base, _ = _load_files(base_files, base_main, base_root, None, errors)
-
-    if package_name is not None and package_name in {d.resource.package for d in base}:
+    if package_name == BASE_PACKAGE:
         _package_draft(local).checker.error(
             ("metadata", "name"),
             f"the bundle's package may not be named {package_name}: "
@@ -78,12 +65,138 @@ def load_bundle(path: str | Path, *, base_dir: Path | None = None) -> Bundle:
             codes.INVALID_NAME,
         )
 
-    drafts = drop_duplicates(local + base)
-    bundle = Bundle(root, [d.resource for d in drafts], package_name)
+    packages, package_files, package_roots = _load_packages(local, base_dir, errors)
+    drafts = drop_duplicates(local + packages)
+    bundle = Bundle(root, [d.resource for d in drafts], package_name, package_roots)
     check_all(drafts, bundle)
     if errors:
-        raise BundleInvalid(_ordered(errors, [*local_files, *base_files]))
+        raise BundleInvalid(_ordered(errors, [*local_files, *package_files]))
     return bundle
+
+
+def _load_packages(
+    local: list[Draft], base_dir: Path | None, errors: list[ConfigError]
+) -> tuple[list[Draft], list[Path], dict[str, Path]]:
+    """The drafts of `@goondan/base` and of every package the bundle depends on, directly or
+    through another package, each checked against the version range that asks for it."""
+    installed = installed_packages()
+    # (package, range or None, the Package draft that asks, index in its dependencies)
+    wanted: list[tuple[str, str | None, Draft | None, int]] = [(BASE_PACKAGE, None, None, 0)]
+    wanted.extend(_dependencies_of(local))
+    drafts: list[Draft] = []
+    files: list[Path] = []
+    roots: dict[str, Path] = {}
+    versions: dict[str, str] = {}
+    while wanted:
+        name, wanted_range, asker, index = wanted.pop(0)
+        package = installed.get(name)
+        if name not in versions:
+            loaded = _load_package(name, package, base_dir, asker, index, errors)
+            if loaded is None:
+                continue
+            pkg_drafts, pkg_files, pkg_root, version = loaded
+            drafts.extend(pkg_drafts)
+            files.extend(pkg_files)
+            roots[name] = pkg_root
+            versions[name] = version
+            wanted.extend(_dependencies_of(pkg_drafts))
+        if wanted_range is not None and asker is not None:
+            _check_range(name, versions[name], wanted_range, package, asker, index)
+    return drafts, files, roots
+
+
+def _dependencies_of(drafts: list[Draft]) -> list[tuple[str, str | None, Draft | None, int]]:
+    for draft in drafts:
+        spec = draft.resource.spec
+        if draft.resource.kind == "Package" and isinstance(spec, PackageSpec):
+            return [(d.name, d.version, draft, i) for i, d in enumerate(spec.dependencies)]
+    return []
+
+
+def _load_package(
+    name: str,
+    package: InstalledPackage | None,
+    base_dir: Path | None,
+    asker: Draft | None,
+    index: int,
+    errors: list[ConfigError],
+) -> tuple[list[Draft], list[Path], Path, str] | None:
+    """(drafts, files, root, version) of one installed package, or None (reported)."""
+    where = ("spec", "dependencies", index, "name")
+    if name == BASE_PACKAGE and (base_dir is not None or package is None):
+        # Without goondan's entry point (an install older than its pyproject), base_tools/
+        # is still where the built-in package lives.
+        root = (base_dir or base_package_dir()).resolve()
+        origin = f"built-in package {BASE_PACKAGE}"
+        version: str | None = None
+    elif package is None or package.root is None:
+        if asker is not None:
+            problem = (
+                "is not installed in this Python environment"
+                if package is None
+                else f"is declared by distribution {package.distribution}, but its module "
+                f"{package.module} cannot be found"
+            )
+            asker.checker.error(
+                where,
+                f"package {name} {problem} ({sys.prefix})",
+                f"install it: goondan package add {name} (see docs/packages.md)",
+                codes.PACKAGE_NOT_INSTALLED,
+            )
+        return None
+    else:
+        root, origin, version = package.root, f"package {package.label}", package.version
+    main = main_file(root)
+    if main is None:
+        errors.append(
+            ConfigError(
+                code=codes.FILE_NOT_FOUND,
+                message=f"{origin} has no goondan.yaml in {display_path(root)}",
+                suggestion="reinstall goondan"
+                if name == BASE_PACKAGE
+                else "the package's module directory must hold its goondan.yaml",
+            )
+        )
+        return None
+    files = resource_files(root, main)
+    drafts, declared = _load_files(files, main, root, name, errors)
+    if declared is not None and declared != name:
+        _package_draft(drafts).checker.error(
+            ("metadata", "name"),
+            f"{origin} is installed under the name {name} but its Package is named {declared}",
+            f"name the Package {name}, or the entry point {declared}",
+            codes.INVALID_NAME,
+        )
+    if version is None:
+        spec = next((d.resource.spec for d in drafts if d.resource.kind == "Package"), None)
+        version = spec.version if isinstance(spec, PackageSpec) and spec.version else "0.0.0"
+    return drafts, files, root, version
+
+
+def _check_range(
+    name: str,
+    version: str,
+    wanted: str,
+    package: InstalledPackage | None,
+    asker: Draft,
+    index: int,
+) -> None:
+    path = ("spec", "dependencies", index, "version")
+    try:
+        ok = Range.parse(wanted).satisfied_by(Version.parse(version))
+    except SemverError as exc:
+        asker.checker.error(path, str(exc), "use a semver range such as ^1.2.0 or ~1.2")
+        return
+    if not ok:
+        dist = f" (distribution {package.distribution})" if package else ""
+        asker.checker.error(
+            path,
+            f"{name} {version} is installed{dist}, but {asker.resource.label} "
+            f"asks for {name}@{wanted}",
+            f"install a matching version (goondan package add '{name}@{wanted}'), "
+            "or widen the range",
+            codes.PACKAGE_VERSION_MISMATCH,
+        )
 
 
 def _locate(path: Path) -> tuple[Path, Path]:

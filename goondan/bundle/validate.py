@@ -20,7 +20,6 @@ from goondan.bundle.model import (
     ConnectionSpec,
     ConnectorSpec,
     ObjectRef,
-    PackageSpec,
     Resource,
     SwarmSpec,
 )
@@ -63,7 +62,7 @@ def check_all(drafts: list[Draft], bundle: Bundle) -> None:
     """Every cross-resource rule, reported on the drafts' checkers."""
     for draft in drafts:
         _check_refs(draft, bundle)
-        res, spec = draft.resource, draft.resource.spec
+        spec = draft.resource.spec
         if spec is None:
             continue
         if isinstance(spec, SwarmSpec):
@@ -72,8 +71,6 @@ def check_all(drafts: list[Draft], bundle: Bundle) -> None:
             _check_agent(draft, spec, bundle)
         elif isinstance(spec, ConnectionSpec):
             _check_connection(draft, spec, bundle)
-        elif isinstance(spec, PackageSpec) and res.package == LOCAL_SCOPE:
-            _check_dependencies(draft, spec, bundle)
 
 
 # -- references ----------------------------------------------------------------------------------
@@ -98,8 +95,9 @@ def _not_found_hint(ref: ObjectRef, from_package: str, bundle: Bundle) -> str:
     known = set(packages) | ({bundle.package_name} if bundle.package_name else set())
     if ref.package and ref.package not in known:
         return (
-            f"package {ref.package} is not available; loaded packages: "
-            f"{', '.join(packages) or 'none'} (plus this bundle's own resources)"
+            f"package {ref.package} is not available: it is not a dependency of this bundle "
+            f"(loaded packages: {', '.join(packages) or 'none'}); "
+            f"add it: goondan package add {ref.package}"
         )
     for res in same_kind:  # the right name in another scope: say how to reach it
         if res.name == ref.name:
@@ -220,16 +218,3 @@ def _target_swarms(spec: ConnectionSpec, bundle: Bundle, scope: str) -> list[Res
 def _swarm_agents(bundle: Bundle, swarm: Resource) -> list[Resource]:
     agents = _resolved(bundle, (item.ref for item in swarm.spec.agents), swarm.package)
     return [a for a in agents if a is not None]
-
-
-def _check_dependencies(draft: Draft, spec: PackageSpec, bundle: Bundle) -> None:
-    loaded = {r.package for r in bundle.resources if r.package != LOCAL_SCOPE}
-    for i, dep in enumerate(spec.dependencies):
-        if dep.name not in loaded:
-            draft.checker.error(
-                ("spec", "dependencies", i, "name"),
-                f"package {dep.name} is not installed; goondan ships only "
-                f"{', '.join(sorted(loaded)) or 'no packages'}",
-                "copy the resources you need into this bundle and drop the dependency",
-                codes.PACKAGE_NOT_INSTALLED,
-            )

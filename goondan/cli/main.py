@@ -30,6 +30,7 @@ Run Goondan swarms: one orchestrator daemon, one process per agent, ZeroMQ betwe
   goondan approvals|approve|deny ID     tool calls waiting for a human
   goondan doctor [./my-bundle]          check everything `run` needs, one line per check
   goondan tools list --agent NAME       an agent's tools (starts its MCP servers to ask them)
+  goondan package add @acme/search      install a Goondan package and depend on it
 
 Every command's --help says what it prints on a terminal and on a pipe, and its exit codes.
 Ctrl-C ends a command with exit 130 (`run` stops the swarm cleanly; `logs -f` exits 0).
@@ -120,6 +121,71 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="time limit for importing all entries (default: %(default)g)",
     )
+
+    p = sub.add_parser("package", help="add, remove, list or install the bundle's packages")
+    pkg = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    bundle_help = "the bundle directory or its goondan.yaml (default: .)"
+    q = pkg.add_parser(
+        "add",
+        help="install a Goondan package with pip and add it to the bundle's dependencies",
+        description="Install package NAME (a Python distribution that declares NAME in the "
+        "`goondan.packages` entry point group; see docs/packages.md) into the environment "
+        "goondan runs in, with pip. Without --pip-spec the distribution is NAME without its "
+        "'@' and with '/' as '-' (`@acme/search`: acme-search), constrained by RANGE. Then "
+        "add {name, version: RANGE} to the Package's spec.dependencies in goondan.yaml "
+        "(default range: ^ the installed version; the rest of the file is kept) and record "
+        "the version and the wheel's sha256 in goondan.lock.yaml.",
+        formatter_class=HelpFormatter,
+        epilog="prints: one line naming the version, distribution and range added, the same "
+        "on a terminal and on a pipe; errors (unknown package, pip's failure and the tail of "
+        "its output, a range the version does not satisfy) go to stderr\n"
+        "exit: 0 added, 1 failed (nothing is written to goondan.yaml or the lock), "
+        "2 bad usage",
+    )
+    q.add_argument("spec", metavar="NAME[@RANGE]", help="e.g. @acme/search or @acme/search@^1.2")
+    q.add_argument(
+        "--pip-spec",
+        metavar="SPEC",
+        help="what pip installs instead: a wheel file, a directory, or a requirement such as "
+        "'acme-search==1.2.0'",
+    )
+    q.add_argument("--bundle", metavar="PATH", help=bundle_help)
+    q = pkg.add_parser(
+        "remove",
+        help="remove a package from the bundle's dependencies and lock",
+        formatter_class=HelpFormatter,
+        epilog="prints: one line saying what was removed, on a terminal and on a pipe\n"
+        "exit: 0 removed, 1 not a dependency (or pip failed with --uninstall), 2 bad usage",
+    )
+    q.add_argument("name", help="the package name, e.g. @acme/search")
+    q.add_argument("--uninstall", action="store_true", help="also pip-uninstall its distribution")
+    q.add_argument("--bundle", metavar="PATH", help=bundle_help)
+    q = pkg.add_parser(
+        "list",
+        help="the bundle's dependencies: range, installed and locked versions",
+        formatter_class=HelpFormatter,
+        epilog="prints: a table (package, range, installed, locked, distribution, status), "
+        "the same on a terminal and on a pipe\n"
+        "exit: 0 every dependency installed, in range and locked, 1 otherwise, 2 bad usage",
+    )
+    q.add_argument("--bundle", metavar="PATH", help=bundle_help)
+    q = pkg.add_parser(
+        "install",
+        help="install every dependency as goondan.lock.yaml says (sha256 checked)",
+        description="For each dependency in goondan.yaml: reinstall the locked wheel (its "
+        "sha256 must match the lock) unless that version is installed already; a dependency "
+        "not locked, or locked outside its range, is resolved as `add` would and locked.",
+        formatter_class=HelpFormatter,
+        epilog="prints: one line per package, then a summary, on a terminal and on a pipe\n"
+        "exit: 0 installed, 1 failed (a sha256 mismatch, pip's failure, a lock that does not "
+        "match goondan.yaml with --frozen-lockfile), 2 bad usage",
+    )
+    q.add_argument(
+        "--frozen-lockfile",
+        action="store_true",
+        help="refuse to change the lock: fail when it does not match goondan.yaml (for CI)",
+    )
+    q.add_argument("--bundle", metavar="PATH", help=bundle_help)
 
     p = sub.add_parser(
         "run",
@@ -659,6 +725,10 @@ def _run_command(argv: Sequence[str] | None) -> int:
             deep=args.deep,
             import_timeout_s=args.import_timeout,
         )
+    if args.command == "package":
+        from goondan.cli.package_cmd import run_package
+
+        return run_package(args)
     if args.command == "run":
         from goondan.cli.run_cmd import run
 

@@ -1,15 +1,19 @@
 """`goondan validate [PATH] [--format text|json] [--env-file FILE]... [--no-import]`: load the
 bundle and its env files, import its Python entries in a throwaway process
-(`goondan.bundle.probe`), and report every problem."""
+(`goondan.bundle.probe`), check goondan.lock.yaml against the installed packages, and report
+every problem."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from goondan.bundle import PROBE_TIMEOUT_S, BundleInvalid, ConfigError, load_bundle, probe_entries
+from goondan.bundle.lockfile import lock_problems
 from goondan.bundle.model import LOCAL_SCOPE
+from goondan.bundle.packages import installed_packages
 from goondan.envfiles import EnvFileError, EnvFiles
 
 _JSON_FIELDS = ("code", "message", "file", "line", "path", "suggestion")
@@ -42,6 +46,8 @@ def run_validate(
     else:
         if deep:
             problems.extend(probe_entries(bundle, import_timeout_s))
+    root = Path(path) if Path(path).is_dir() else Path(path).parent
+    problems.extend(lock_problems(root, installed_packages()))
     errors = [p for p in problems if p.severity != "warning"]
     warnings = [p for p in problems if p.severity == "warning"]
     if fmt == "json":
