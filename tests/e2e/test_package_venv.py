@@ -270,3 +270,18 @@ def test_the_packages_connector_feeds_the_swarm(
         except subprocess.TimeoutExpired:
             daemon.kill()
             daemon.wait()
+
+
+def test_a_wheel_without_the_named_entry_point(wheel: Path, venv: Path, tmp_path: Path):
+    bundle = tmp_path / "other"
+    bundle.mkdir()
+    (bundle / "goondan.yaml").write_text("kind: Model\nmetadata: {name: m}\n")
+    proc = gd(venv, "package", "add", "@acme/other", "--pip-spec", str(wheel), cwd=bundle)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"goondan package: pip installed {wheel.name}, but it declares no `goondan.packages` "
+        "entry point named @acme/other (it declares: @acme/search); see docs/packages.md, "
+        "'Writing a package'"
+    )
+    assert (bundle / "goondan.yaml").read_text() == "kind: Model\nmetadata: {name: m}\n"
+    assert not (bundle / "goondan.lock.yaml").exists()

@@ -119,3 +119,18 @@ def test_a_package_named_otherwise_than_its_entry_point(install: Installer, tmp_
     path = bundle(tmp_path, "    - {name: '@acme/search', version: '*'}\n", "    []\n")
     (err,) = [e for e in errors(path) if e.code == "E_CONFIG_INVALID_NAME"]
     assert "installed under the name @acme/search but its Package is named @x/y" in err.message
+
+
+def test_the_bundle_cache_sees_a_package_change(install: Installer, tmp_path: Path) -> None:
+    from goondan.bundle.cache import load_bundle_cached
+
+    root = install("@acme/search", "1.2.0")
+    path = bundle(tmp_path, "    - {name: '@acme/search', version: '^1.2.0'}\n")
+    first = load_bundle_cached(path)
+    assert load_bundle_cached(path) is first
+    yaml_file = root / "goondan.yaml"
+    yaml_file.write_text(yaml_file.read_text().replace("Run it.", "Run it now."))
+    second = load_bundle_cached(path)
+    assert second is not first
+    tool = second.find(ObjectRef("Tool", "lookup"))
+    assert tool is not None and tool.spec.exports[0].description == "Run it now."
