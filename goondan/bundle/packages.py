@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,11 +33,37 @@ class InstalledPackage:
         return f"{self.name} {self.version} (distribution {self.distribution})"
 
 
+_cache: tuple[tuple[tuple[str, int], ...], dict[str, InstalledPackage]] | None = None
+
+
 def installed_packages() -> dict[str, InstalledPackage]:
     """Every Goondan package the environment provides, by package name.
 
     When two distributions claim one name the first one on sys.path wins, as for imports.
+    Reading every distribution's entry points takes tens of milliseconds, so the answer is
+    kept while no sys.path directory changed (installing or removing one changes its
+    directory's mtime).
     """
+    global _cache
+    key = _path_key()
+    if _cache is not None and _cache[0] == key:
+        return dict(_cache[1])
+    found = _scan()
+    _cache = (key, found)
+    return dict(found)
+
+
+def _path_key() -> tuple[tuple[str, int], ...]:
+    key = []
+    for entry in sys.path:
+        try:
+            key.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            key.append((entry, 0))
+    return tuple(key)
+
+
+def _scan() -> dict[str, InstalledPackage]:
     found: dict[str, InstalledPackage] = {}
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         if ep.name in found:
@@ -79,4 +107,6 @@ def default_distribution(name: str) -> str:
 
 def refresh() -> None:
     """Forget what the import system cached, after pip changed the environment."""
+    global _cache
+    _cache = None
     importlib.invalidate_caches()
