@@ -100,7 +100,9 @@ def _load_packages(
             roots[name] = pkg_root
             versions[name] = version
             wanted.extend(_dependencies_of(pkg_drafts))
-        if wanted_range is not None and asker is not None:
+        # goondan ships exactly one @goondan/base, and upstream bundles ask for theirs
+        # (`^1.0.0`): `validate` warns about that range (`base_range_warnings`), run accepts it.
+        if wanted_range is not None and asker is not None and name != BASE_PACKAGE:
             _check_range(name, versions[name], wanted_range, package, asker, index)
     return drafts, files, roots
 
@@ -305,3 +307,33 @@ def _ordered(errors: list[ConfigError], files: list[Path]) -> list[ConfigError]:
     rank = {display_path(f): i for i, f in enumerate(files)}
     unique = list(dict.fromkeys(errors))
     return sorted(unique, key=lambda e: (rank.get(e.file or "", -1), e.line or 0))
+
+
+def base_range_warnings(bundle: Bundle) -> list[ConfigError]:
+    """A warning for a bundle that asks for a `@goondan/base` other than the built-in one."""
+    package = bundle.local("Package", bundle.package_name or "")
+    base = installed_packages().get(BASE_PACKAGE)
+    if package is None or not isinstance(package.spec, PackageSpec) or base is None:
+        return []
+    warnings = []
+    for i, dep in enumerate(package.spec.dependencies):
+        if dep.name != BASE_PACKAGE:
+            continue
+        try:
+            ok = Range.parse(dep.version).satisfied_by(Version.parse(base.version))
+        except SemverError:
+            ok = False
+        if not ok:
+            warnings.append(
+                ConfigError(
+                    code=codes.PACKAGE_VERSION_MISMATCH,
+                    message=f"{BASE_PACKAGE} is built into goondan at {base.version}, outside "
+                    f"the range {dep.version}; the built-in one is used",
+                    file=display_path(package.source.file),
+                    line=package.source.line,
+                    path=f"{package.label}.spec.dependencies[{i}].version",
+                    suggestion=f'use version: "*" (or "^{base.version}")',
+                    severity="warning",
+                )
+            )
+    return warnings

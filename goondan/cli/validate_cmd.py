@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from goondan.bundle import PROBE_TIMEOUT_S, BundleInvalid, ConfigError, load_bundle, probe_entries
+from goondan.bundle.loader import base_range_warnings
 from goondan.bundle.lockfile import lock_problems
 from goondan.bundle.model import LOCAL_SCOPE
 from goondan.bundle.packages import installed_packages
@@ -44,6 +45,7 @@ def run_validate(
     except BundleInvalid as exc:
         problems.extend(exc.errors)
     else:
+        problems.extend(base_range_warnings(bundle))
         if deep:
             problems.extend(probe_entries(bundle, import_timeout_s))
     root = Path(path) if Path(path).is_dir() else Path(path).parent

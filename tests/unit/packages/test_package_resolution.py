@@ -134,3 +134,22 @@ def test_the_bundle_cache_sees_a_package_change(install: Installer, tmp_path: Pa
     assert second is not first
     tool = second.find(ObjectRef("Tool", "lookup"))
     assert tool is not None and tool.spec.exports[0].description == "Run it now."
+
+
+def test_an_upstream_range_for_the_built_in_package_is_a_warning(tmp_path: Path) -> None:
+    import io
+
+    from goondan.cli.validate_cmd import run_validate
+
+    path = bundle(
+        tmp_path,
+        "    - {name: '@goondan/base', version: '^1.0.0'}\n",
+        "    - ref: Tool/bash\n",
+    )
+    load_bundle(path)  # runs: goondan has only the one @goondan/base
+    out = io.StringIO()
+    assert run_validate(str(path), "text", out, deep=False) == 0
+    assert (
+        "warning: goondan.yaml:1: Package/demo.spec.dependencies[0].version: @goondan/base is "
+        "built into goondan at 0.1.0, outside the range ^1.0.0; the built-in one is used"
+    ) in out.getvalue().replace(str(path) + "/", "")
