@@ -75,7 +75,7 @@ def _add(ctx: Context, spec: str, pip_spec: str | None) -> int:
         _edit(ctx, lambda text: set_dependency(text, name, base_range, _default_name(ctx)))
         print(f"{name} {package.version} (built in): dependency {name}@{base_range}")
         return 0
-    entry, package = _fetch_and_install(name, wanted, pip_spec)
+    entry, package = _fetch_and_install(name, wanted, pip_spec, ctx.root)
     new_range = wanted or f"^{package.version}"
     _edit(ctx, lambda text: set_dependency(text, name, new_range, _default_name(ctx)))
     lock = _read_lock(ctx)
@@ -156,9 +156,9 @@ def _install(ctx: Context, frozen: bool) -> int:
             continue
         entry = lock.get(name)
         if entry is not None and _satisfies(entry.version, wanted):
-            new_lock[name] = _install_locked(entry)
+            new_lock[name] = _install_locked(entry, ctx.root)
         else:
-            new_lock[name], _ = _fetch_and_install(name, wanted, None)
+            new_lock[name], _ = _fetch_and_install(name, wanted, None, ctx.root)
     write_lock(ctx.root, new_lock)
     print(f"{len(new_lock)} package(s) installed as goondan.lock.yaml says")
     return 0
@@ -259,7 +259,7 @@ def _status(
 
 
 def _fetch_and_install(
-    name: str, wanted: str | None, pip_spec: str | None
+    name: str, wanted: str | None, pip_spec: str | None, root: Path
 ) -> tuple[LockEntry, InstalledPackage]:
     """Get the wheel for `name` (from `pip_spec`, else its distribution by convention,
     constrained by the range), install it, check it, and return its lock entry."""
@@ -274,7 +274,10 @@ def _fetch_and_install(
         if wanted is not None:
             _check_range(package, wanted)
     if local.exists():
-        source = str(local.resolve())
+        # Inside the bundle (say, a wheels/ directory committed with it): relative, so the
+        # lock works wherever the bundle is checked out.
+        resolved = local.resolve()
+        source = str(resolved.relative_to(root) if resolved.is_relative_to(root) else resolved)
     else:
         source = f"{package.distribution}=={package.version}"
     entry = LockEntry(
@@ -288,7 +291,7 @@ def _fetch_and_install(
     return entry, package
 
 
-def _install_locked(entry: LockEntry) -> LockEntry:
+def _install_locked(entry: LockEntry, root: Path) -> LockEntry:
     """Reinstall the locked wheel unless that exact version is installed already."""
     refresh()
     current = installed_packages().get(entry.name)
@@ -298,8 +301,11 @@ def _install_locked(entry: LockEntry) -> LockEntry:
     ):
         print(f"{entry.name} {entry.version}: already installed")
         return entry
+    source = entry.source
+    if (root / source).exists():  # a path relative to the bundle
+        source = str(root / source)
     with tempfile.TemporaryDirectory(prefix="goondan-wheel-") as tmp:
-        wheel = _wheel(entry.source, Path(tmp))
+        wheel = _wheel(source, Path(tmp))
         digest = _sha256(wheel)
         if digest != entry.sha256:
             raise PackageError(

@@ -22,7 +22,8 @@ import pytest
 from agentproc.conversation import read_messages
 from tests.e2e.conftest import REPO, wait_for
 
-pytestmark = pytest.mark.slow
+# Several pip runs and swarm runs in a row: far more than the default per-test limit.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ACME = REPO / "examples" / "acme-search"
 # pip must never reach for a package index here: everything it installs is a local file.
@@ -240,8 +241,13 @@ def test_the_packages_connector_feeds_the_swarm(
             """
         )
     )
-    proc = gd(venv, "package", "add", "@acme/search@~1.2", "--pip-spec", str(wheel), cwd=bundle)
+    # A wheel kept inside the bundle is locked by its relative path.
+    (bundle / "wheels").mkdir()
+    shutil.copy(wheel, bundle / "wheels" / wheel.name)
+    spec = f"wheels/{wheel.name}"
+    proc = gd(venv, "package", "add", "@acme/search@~1.2", "--pip-spec", spec, cwd=bundle)
     assert proc.returncode == 0, proc.stderr
+    assert f'    source: "{spec}"\n' in (bundle / "goondan.lock.yaml").read_text()
     log = tmp_path / "daemon.stderr"
     with log.open("w") as stderr:
         daemon = subprocess.Popen(
