@@ -277,6 +277,17 @@ def test_the_packages_connector_feeds_the_swarm(
             daemon.kill()
             daemon.wait()
 
+    # Removing it restores goondan.yaml as it was, drops the lock and, asked to, uninstalls.
+    proc = gd(venv, "package", "remove", "@acme/search", "--uninstall", cwd=bundle)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "removed @acme/search from goondan.yaml and goondan.lock.yaml",
+        "uninstalled distribution acme-search",
+    ]
+    assert (bundle / "goondan.yaml").read_text() == BUNDLE
+    assert not (bundle / "goondan.lock.yaml").exists()
+    assert pip(venv, "show", "acme-search").returncode != 0
+
 
 def test_a_wheel_without_the_named_entry_point(wheel: Path, venv: Path, tmp_path: Path):
     bundle = tmp_path / "other"
