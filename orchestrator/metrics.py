@@ -15,7 +15,7 @@ import bisect
 import socket
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, get_args
 
 import structlog
 from aiohttp import web
@@ -31,6 +31,7 @@ from prometheus_client.registry import Collector
 
 from ipc import wire
 from ipc.endpoints import EndpointError
+from orchestrator.supervisor import Status
 
 if TYPE_CHECKING:
     from orchestrator.router import InFlight, Router
@@ -38,16 +39,7 @@ if TYPE_CHECKING:
 
 # A request is a turn, or a turn waiting on delegations: seconds to minutes.
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
-PROCESS_STATUSES = (
-    "notStarted",
-    "spawning",
-    "idle",
-    "processing",
-    "draining",
-    "terminated",
-    "crashed",
-    "crashLoopBackOff",
-)
+PROCESS_STATUSES: tuple[str, ...] = get_args(Status)  # every one, 0 when none is in it
 
 
 class RequestStats:
