@@ -11,6 +11,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import termios
 import time
@@ -250,24 +251,29 @@ def test_ctrl_c_typed_into_an_interactive_send(
 ) -> None:
     start_daemon(slow_bundle(tmp_path / "b"))
     command = [*GOONDAN, "send", "slow", "--state-root", str(state_root)]
-    # The pane runs `goondan send` itself (no shell between): its exit status is the pane's.
-    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "30", "-c", str(REPO), *command)
+    # `goondan send` runs in the pane's foreground process group, so the typed Ctrl-C reaches
+    # it as a terminal's does. Its exit code is written by a parent that ignores SIGINT once
+    # the child runs: tmux's own record of a pane's exit status sometimes never came.
+    code_file = tmp_path / "exit-code"
+    wrapper = tmp_path / "wrapper.py"
+    wrapper.write_text(
+        "import signal, subprocess, sys\n"
+        "child = subprocess.Popen(sys.argv[2:])\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "open(sys.argv[1], 'w').write(str(child.wait()))\n"
+    )
+    pane = [sys.executable, str(wrapper), str(code_file), *command]
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "30", "-c", str(REPO), *pane)
     tmux("set-option", "-t", "t", "remain-on-exit", "on")
     wait_tool_called(state_root)
     tmux("send-keys", "-t", "t", "C-c")
-
-    def exit_status() -> str:
-        # tmux marks the pane dead on EOF from the pty, which can come before it has reaped
-        # the child: wait for the exit status (or the killing signal) itself.
-        return tmux("display-message", "-p", "-t", "t", "#{pane_dead_status}#{pane_dead_signal}")
-
     try:
-        wait_for(lambda: exit_status().strip() != "", timeout=30)
+        wait_for(code_file.exists, timeout=30)
     except AssertionError:
         raise AssertionError(tmux("capture-pane", "-p", "-t", "t", "-S", "-100")) from None
-    status = tmux("display-message", "-p", "-t", "t", "#{pane_dead_status}").strip()
+    wait_for(lambda: code_file.read_text() != "", timeout=5)
     screen = tmux("capture-pane", "-p", "-t", "t", "-S", "-100")
-    assert status == "130", screen
+    assert code_file.read_text() == "130", screen
     no_traceback(screen)
     wait_turn_cancelled(state_root)
 
