@@ -26,7 +26,7 @@ from agentproc.turn import AgentDefinition
 from goondan.bundle import AgentSpec, BundleInvalid, Resource, resolve_value
 from goondan.bundle.cache import load_bundle_cached
 from goondan.hardening import harden_agent
-from goondan.logs import configure_logging
+from goondan.logs import configure_logging, record_last_error
 from goondan.orphans import die_with_parent
 from goondan.paths import StatePaths
 from goondan.proctitle import set_title
@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()
+    record_last_error(StatePaths.at(args.state_root).last_error_dir / args.agent)
     structlog.contextvars.bind_contextvars(agent=args.agent)
     harden_agent(args.state_root)
     try:
@@ -284,5 +285,8 @@ def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
         return uvloop.run(_serve(args, credential))
     except KeyboardInterrupt:
         return 130
+    except Exception:  # logged at error level, so `status` can say what ended the agent
+        structlog.get_logger().exception("agent process failed")
+        return 1
     finally:
         sys.stdout.flush()

@@ -85,6 +85,44 @@ def configure_logging(
     )
 
 
+# The log methods whose lines `record_last_error` keeps (add_log_level's "error", "critical").
+_ERROR_METHODS = frozenset({"error", "err", "exception", "critical", "fatal"})
+# The longest error line kept for `status`.
+LAST_ERROR_CHARS = 300
+
+
+class _LastErrorFile:
+    """Writes the summary of each error-level event (its message and the last line of its
+    error or traceback) over `path`, so the daemon can say why this process died even after
+    a SIGKILL. Errors are rare: other lines cost one set lookup."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __call__(self, logger: WrappedLogger, method: str, event: EventDict) -> EventDict:
+        if method in _ERROR_METHODS:
+            detail = event.get("exception") or event.get("error")
+            text = str(event.get("event", ""))
+            if detail:
+                lines = [line.strip() for line in str(detail).splitlines() if line.strip()]
+                text = f"{text}: {lines[-1]}" if lines else text
+            with contextlib.suppress(OSError):  # no record is better than a failed log line
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+                try:
+                    os.write(fd, text[:LAST_ERROR_CHARS].encode(errors="replace"))
+                finally:
+                    os.close(fd)
+        return event
+
+
+def record_last_error(path: Path) -> None:
+    """Keep this process's last error-level log line in `path`, for the daemon's `status`
+    (call after `configure_logging` and `install_redaction`: it sees the redacted line)."""
+    processors = list(structlog.get_config()["processors"])
+    processors.insert(max(0, len(processors) - 1), _LastErrorFile(path))
+    structlog.configure(processors=processors)
+
+
 class _TeeLogger:
     """Writes each event as a JSON line to the log file, and to stderr as `console` renders
     it (the same JSON line without one). The chain ends with the event dict, so each

@@ -101,6 +101,11 @@ class StatePaths(msgspec.Struct, frozen=True):
         return self.root / "run"
 
     @property
+    def last_error_dir(self) -> Path:
+        """`<name>`: the last error line each agent or connector logged (for `status`)."""
+        return self.run_dir / "last-error"
+
+    @property
     def agents_socket(self) -> Path:
         return self.run_dir / "agents.sock"
 

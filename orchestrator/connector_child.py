@@ -36,8 +36,9 @@ from goondan.connectors import (
     load_connection,
 )
 from goondan.hardening import forbid_inspection
-from goondan.logs import configure_logging
+from goondan.logs import configure_logging, record_last_error
 from goondan.orphans import die_with_parent
+from goondan.paths import StatePaths
 from goondan.proctitle import set_title
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire
@@ -236,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     redactor = SecretRedactor()  # filled with the secrets before anything can log them
     install_redaction(redactor)
+    record_last_error(
+        StatePaths.at(args.state_root).last_error_dir / f"connection:{args.connection}"
+    )
     structlog.contextvars.bind_contextvars(connection=args.connection)
     try:
         import uvloop

@@ -141,6 +141,7 @@ class Daemon:
         forbid_inspection()  # agents' keys sit in our environ: root-only /proc/PID/environ
         ensure_private_dir(self.paths.root)
         ensure_private_dir(self.paths.run_dir)
+        ensure_private_dir(self.paths.last_error_dir)  # where agents keep their last error
         with StateLock(self.paths.lock_file):
             self._startup()
             try:
@@ -219,6 +220,7 @@ class Daemon:
             on_ready=self._agent_ready,
             on_exit=self._agent_exited,
             settings=self.settings.daemon,
+            last_errors=self.paths.last_error_dir,
         )
         self.router = (Router if self.spans is None else partial(TracedRouter, self.spans))(
             set(self.agent_names),

@@ -19,6 +19,7 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 import msgspec
@@ -103,9 +104,12 @@ class Supervisor:
         on_ready: Callable[[str], None],
         on_exit: Callable[[Exit], None],
         settings: DaemonSettings = DEFAULTS.daemon,
+        last_errors: Path | None = None,
     ) -> None:
         """`on_exit(exit)` lets the router redeliver or fail the agent's requests. `settings`:
-        the hang timeout and the crash back-off."""
+        the hang timeout and the crash back-off. `last_errors`: the directory where each
+        process keeps its last error-level log line (the children share the daemon's stderr,
+        so this is what says why one died)."""
         self.slots = {name: Slot(name, "agent") for name in agents}
         for name in connectors or ():
             self.add(name, "connector")
@@ -116,6 +120,7 @@ class Supervisor:
         self._on_ready = on_ready
         self._on_exit = on_exit
         self._closing = False
+        self._last_errors = last_errors
         self._log = structlog.get_logger().bind(component="supervisor")
 
     def start_watchdog(self) -> None:
@@ -194,6 +199,7 @@ class Supervisor:
 
     async def _run(self, slot: Slot) -> None:
         assert slot.credential is not None
+        self._take_last_error(slot)  # a former incarnation's, not this one's
         try:
             slot.process = await self._launchers[slot.kind].launch(slot.name, slot.credential)
         except Exception as exc:  # an OSError, or a bug: either way the slot must not hang
@@ -229,12 +235,13 @@ class Supervisor:
 
     def _exited(self, slot: Slot, code: int) -> None:
         was_ready = slot.ready
-        slot.last_exit = _last_exit(code, slot.start_error, slot.hung)
+        clean = code == 0 or slot.stopping
+        logged = self._take_last_error(slot)  # what a crash logged last, if it logged anything
+        slot.last_exit = _last_exit(code, slot.start_error, slot.hung, None if clean else logged)
         slot.process = None
         slot.credential = None  # its connection can no longer be admitted
         slot.ready = False
         slot.hung = False
-        clean = code == 0 or slot.stopping
         start_error, slot.start_error = slot.start_error, None
         if clean or start_error is not None:
             slot.status = "terminated" if start_error is None else "notStarted"
@@ -269,6 +276,21 @@ class Supervisor:
                 start_error,
             )
         )
+
+    def _take_last_error(self, slot: Slot) -> str | None:
+        """Read and remove the last error line the slot's process logged (exits are rare)."""
+        if self._last_errors is None:
+            return None
+        path = self._last_errors / slot.name
+        try:
+            text = path.read_text(errors="replace")
+            path.unlink()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self._log.warning("cannot read the last error", agent=slot.name, error=str(exc))
+            return None
+        return text or None
 
     def respawn(self, name: str) -> None:
         """Start again after a crash, at once or after the crash-loop back-off."""
@@ -334,10 +356,14 @@ class Supervisor:
             await slot.exited.wait()
 
 
-def _last_exit(code: int, start_error: str | None, hung: bool) -> wire.LastExit:
+def _last_exit(
+    code: int, start_error: str | None, hung: bool, logged: str | None = None
+) -> wire.LastExit:
     error = start_error
     if error is None and hung:
         error = "hung: no heartbeat, killed by the watchdog"
+    if error is None:
+        error = logged
     if code < 0:
         try:
             name = signal.Signals(-code).name

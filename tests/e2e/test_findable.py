@@ -215,3 +215,51 @@ def test_the_daemon_log_is_written_in_the_foreground_and_shown_by_logs_daemon(
         follow.wait(10)
         out.close()
     assert follow.returncode == 0
+
+
+DIES = """\
+import os
+
+def run(ctx, args):
+    ctx.logger.error("cannot write the report", error="OSError: [Errno 28] No space left")
+    os._exit(3)
+
+handlers = {"run": run}
+"""
+
+
+def test_status_shows_the_last_error_a_crashed_agent_logged_and_no_stale_one(
+    start_daemon, tmp_path
+):
+    rules = [
+        {"when": "die", "steps": [{"call": "dies__run"}, {"reply": "unreachable"}]},
+        {"when": "hello", "steps": [{"reply": "hi"}]},
+    ]
+    daemon = start_daemon(solo_bundle(tmp_path / "b", rules=rules, tool="dies", code=DIES))
+    # What a former daemon's agent left behind is not this agent's error.
+    stale = daemon.state_root / "run" / "last-error" / "solo"
+    stale.write_text("an error of another life")
+
+    def killed(pid: int) -> str:
+        os.kill(pid, signal.SIGKILL)
+        row = wait_for(lambda: (daemon.process("solo").get("lastExit") or {}).get("signal"), 20)
+        return str(row)
+
+    assert daemon.send("hello").returncode == 0
+    assert killed(daemon.process("solo")["pid"]) == "SIGKILL"
+    assert "error" not in daemon.process("solo")["lastExit"]
+
+    # The tool's call is in the conversation: the request, delivered again, is answered.
+    assert daemon.send("die", timeout=60).returncode == 0
+    last = daemon.process("solo")["lastExit"]
+    assert last["code"] == 3
+    assert last["error"] == "cannot write the report: OSError: [Errno 28] No space left"
+    table = on_terminal(daemon, "status")
+    lines = table.stdout.splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("solo")))
+    assert lines[at + 1].strip().startswith("last stop: exit code 3 at ")
+    assert lines[at + 1].endswith(": cannot write the report: OSError: [Errno 28] No space left")
+
+    # Its next incarnation, killed without a word, shows no error of the one before.
+    assert killed(daemon.process("solo")["pid"]) == "SIGKILL"
+    assert "error" not in daemon.process("solo")["lastExit"]
