@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,dev,otel,ray]'
+	$(BIN)/python -m pip install -q -e '.[test,dev,otel,ray,bench]'
 	touch $(STAMP)
 
 run: install

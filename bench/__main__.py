@@ -1,5 +1,6 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: run the figures, print the
-table (stdout), write `bench/results.json`. Progress goes to stderr.
+table (stdout), write `bench/results.json` and the pictures (`docs/img/bench/*.png`, see
+`bench/plots.py`). Progress goes to stderr.
 
 Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability,
 coldstart, otel, ray.
@@ -17,6 +18,7 @@ import time
 import traceback
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from bench.harness import Row, describe_machine, failed_row, log, machine, render_table
 from bench.procs import QUIET_FILE_CREATE_US
@@ -130,7 +132,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     log(f"wrote {args.json}")
+    _plots(results)
     return 0
+
+
+def _plots(results: dict[str, Any]) -> None:
+    """The pictures of the figures that ran; without matplotlib (the `bench` extra) the table
+    and results.json are still whole, so say so and go on."""
+    try:
+        from bench import plots
+
+        for path in plots.render(results):
+            log(f"wrote {path}")
+    except ImportError as exc:
+        log(f"no pictures: {exc} (pip install -e '.[bench]')")
 
 
 if __name__ == "__main__":

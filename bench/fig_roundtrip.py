@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from bench import baselines, product, wire
 from bench.driver import Driver
-from bench.harness import Row, log, percentile, summary
+from bench.harness import Row, log, percentile, series, summary
 from bench.procs import Procs, short_tmpdir
 
 NAME = "roundtrip"
@@ -98,6 +98,14 @@ def run(quick: bool) -> list[Row]:
         "orchestratorOnly": summary(split_us),
         "failures": failures,
         "payloadSizes": sizes,
+        # Sorted, subsampled samples for the CDF picture (bench/plots.py).
+        "series": {
+            "figure": NAME,
+            "unit": "us",
+            "product": series(us),
+            "bare": series(bare_us),
+            "orchestratorOnly": series(split_us),
+        },
         "path": "driver(DEALER on agents.sock as agent `driver`) -> orchestrator -> agent b "
         "(scripted, no tools) -> orchestrator -> driver",
     }

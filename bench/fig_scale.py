@@ -82,6 +82,8 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str, pids: list[int])
     total = WaveResult()
     sent = 0
     slowest_ms: list[float] = []  # each wave's slowest answer: how long the wave took
+    wave_p50: list[float] = []  # each wave's p50 and p99, for the picture (bench/plots.py)
+    wave_p99: list[float] = []
     user_before, system_before = cpu_seconds(pids)
     started = time.monotonic()
     requests = [_payloads(names, WARMUP_WAVES + wave) for wave in range(waves)]
@@ -95,6 +97,8 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str, pids: list[int])
         total.lost += result.lost
         total.latencies_s.extend(result.latencies_s)
         slowest_ms.append(max(result.latencies_s, default=math.nan) * 1000)
+        wave_p50.append(round(percentile(result.latencies_s, 50) * 1000, 2))
+        wave_p99.append(round(percentile(result.latencies_s, 99) * 1000, 2))
         for code, count in result.errors.items():
             total.errors[code] = total.errors.get(code, 0) + count
         if (wave + 1) % 10 == 0:
@@ -113,6 +117,7 @@ def _waves(drv: Driver, names: list[str], waves: int, tag: str, pids: list[int])
         "latencyMs": summary(ms),
         "p99": percentile(ms, 99),
         "waveSlowestAnswerMs": summary(slowest_ms),
+        "perWaveMs": {"p50": wave_p50, "p99": wave_p99},
         "seconds": seconds,
         "agentsUserUs": (user - user_before) * per_delegate_us,
         "agentsSystemUs": (system - system_before) * per_delegate_us,
@@ -224,6 +229,21 @@ def run(quick: bool) -> list[Row]:
                 "waves": waves,
                 "fileCreateUs": round(create_us, 1),
                 "waitedForQuietDiskS": waited,
+                # Each wave's p50 and p99 per arm, for the picture (bench/plots.py).
+                "series": {
+                    "figure": NAME,
+                    "unit": "ms",
+                    **{
+                        arm: data.pop("perWaveMs")
+                        for arm, data in (
+                            ("product", prod),
+                            ("bare", bare),
+                            ("orchestratorOnly", split),
+                            ("productStateOnTmpfs", in_memory),
+                        )
+                        if data is not None
+                    },
+                },
             },
         ),
         Row(

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from bench import baselines, product
-from bench.harness import Row, log, percentile, summary
+from bench.harness import Row, log, percentile, series, summary
 
 NAME = "spawn"
 GOAL_MS = 25.0
@@ -136,6 +136,15 @@ def run(quick: bool) -> list[Row]:
         "product": {k: summary(v) if isinstance(v, list) else v for k, v in prod.items()},
         "subprocess": {k: summary(v) if isinstance(v, list) else v for k, v in sub.items()},
         "fork": {k: summary(v) if isinstance(v, list) else v for k, v in fork.items()},
+    }
+    # The samples of each arm, one at a time and by burst, for the picture (bench/plots.py).
+    details["series"] = {
+        "figure": NAME,
+        "unit": "ms",
+        **{
+            arm: {key: series(data[key], 2) for key in ("seq", *(f"burst{n}" for n in bursts))}
+            for arm, data in (("product", prod), ("subprocess", sub), ("fork", fork))
+        },
     }
     note = prod["method"]
     if prod.get("failures"):

@@ -148,9 +148,17 @@ def run(quick: bool) -> list[Row]:
                 goal=">= 0.6x bare",
                 judge=lambda p, b, r: r is not None and r >= 0.6,
                 note=f"errors {errors}, unanswered {lost}" if errors or lost else "",
-                details={"product": prods, "bare": bares, "inFlight": IN_FLIGHT},
+                details={"product": prods, "bare": bares, "inFlight": IN_FLIGHT, "agents": n},
             )
         )
+    # By agent count, for the picture (bench/plots.py).
+    rows[0].details["series"] = {
+        "figure": NAME,
+        "unit": "msg/s",
+        "agents": counts,
+        "product": [round(r.product or 0.0) for r in rows],
+        "bare": [round(r.baseline or 0.0) for r in rows],
+    }
     return rows
 
 

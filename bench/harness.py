@@ -38,6 +38,20 @@ def summary(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+SERIES_POINTS = 2000
+
+
+def series(samples: Sequence[float], digits: int = 1, points: int = SERIES_POINTS) -> list[float]:
+    """Samples for the pictures (bench/plots.py), sorted, rounded and evenly subsampled to at
+    most `points` (the smallest and largest kept), so results.json stays small while a CDF or a
+    box drawn from them keeps its shape."""
+    ordered = sorted(x for x in samples if math.isfinite(x))
+    if len(ordered) > points > 1:
+        last = len(ordered) - 1
+        ordered = [ordered[round(i * last / (points - 1))] for i in range(points)]
+    return [round(x, digits) for x in ordered]
+
+
 @dataclass
 class Row:
     """One line of the table: a product figure beside its baseline, and the goal."""
