@@ -3,7 +3,7 @@ table (stdout), write `bench/results.json` and the pictures (`docs/img/bench/*.p
 `bench/plots.py`). Progress goes to stderr.
 
 Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability,
-coldstart, otel, ray.
+coldstart, otel, ray, frontdoor.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ FIGURES = {
     "coldstart": "bench.fig_coldstart",
     "otel": "bench.fig_otel",
     "ray": "bench.fig_ray",
+    "frontdoor": "bench.fig_frontdoor",
 }
 GOALS = {
     "roundtrip": "<= 2x bare",
@@ -50,6 +51,7 @@ GOALS = {
     "coldstart": "<= 0.5 s",
     "otel": "<= 1.25x off",
     "ray": "(reported)",
+    "frontdoor": "<= 2x bare",
 }
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 

@@ -13,6 +13,8 @@ The broker forwards a `delegate` to `to` under its own id and maps the `delegate
 to the requester: the same four hops as the orchestrator, with nothing else (no timers, no
 supervision, no inbox). An agent answers every `delegate` at once with a fixed result payload;
 with `--targets` it is also a requester keeping `--window` delegates in flight, round robin.
+With `--forward B` it is a coordinator instead: each delegate it gets is passed on to B (with
+the `--delegate` payload) and answered once B's result is back, so a request takes 8 hops.
 
 The agent talks to its parent over stdin/stdout, one line each: it prints `up` once connected;
 `go` starts its requests; it prints `drained` once its measuring window is over and nothing of
@@ -211,6 +213,11 @@ async def agent(args: argparse.Namespace) -> None:
     rr = itertools.cycle(targets) if targets else None
     ids = itertools.count(1)
     stop = asyncio.Event()
+    forward_to = args.forward
+    if forward_to and delegate_payload is None:
+        raise SystemExit("--forward needs --delegate")
+    forward_payload = delegate_payload if delegate_payload is not None else result_payload
+    forwarded: dict[str, tuple[str, str | None, str | None]] = {}  # our id -> the requester
 
     def send_next() -> None:
         assert rr is not None and delegate_payload is not None
@@ -221,7 +228,16 @@ async def agent(args: argparse.Namespace) -> None:
 
     def on_frames(frames: list[bytes]) -> None:
         env = decode(frames[-1])
-        if env.type == "delegate":
+        if env.type == "delegate" and forward_to:
+            oid = str(next(ids))
+            forwarded[oid] = (env.from_, env.correlation_id, env.trace_id)
+            channel.send([encode(Env("delegate", name, forward_to, forward_payload, oid))])
+        elif env.type == "delegate_result" and env.correlation_id in forwarded:
+            requester, cid, trace = forwarded.pop(env.correlation_id)
+            answer = Env("delegate_result", name, requester, result_payload, cid, trace_id=trace)
+            channel.send([encode(answer)])
+            stats["answered"] += 1
+        elif env.type == "delegate":
             answer = Env(
                 "delegate_result",
                 name,
@@ -300,6 +316,7 @@ def main() -> None:
     )
     p.add_argument("--targets", help="comma-separated agents to send delegates to")
     p.add_argument("--delegate", help="hex of the delegate payload")
+    p.add_argument("--forward", help="pass every delegate on to this agent, answer on its result")
     p.add_argument("--window", type=int, default=1)
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--duration", type=float, default=3.0)

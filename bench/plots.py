@@ -90,6 +90,9 @@ def _scale(ax: Any, data: dict[str, Any]) -> None:
         waves = list(range(1, len(arm.get("p99", [])) + 1))
         ax.plot(waves, arm.get("p99", []), "-", color=color, label=f"{label} p99")
         ax.plot(waves, arm.get("p50", []), ":", color=color, label=f"{label} p50")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("measured wave")
     ax.set_ylabel(f"latency in the wave ({data.get('unit', 'ms')})")
     ax.set_title("7 scale: p50 and p99 of each wave")
