@@ -153,7 +153,10 @@ class GoogleProvider:
         on_chunk: ChunkCallback | None = None,
     ) -> ModelReply:
         fields = {**self._default_config, **_config_fields(request.params)}
-        system, contents = wire_contents(request.messages)
+        system, wire = wire_contents(request.messages)
+        # Plain dicts, which the SDK accepts; its type for them is a union that names PIL's
+        # Image, and with pillow installed (the `bench` extra) mypy then rejects a dict list.
+        contents: Any = wire
         if system:
             fields["system_instruction"] = system
         if request.tools:
