@@ -122,6 +122,7 @@ def run(quick: bool) -> list[Row]:
     result = product.result_payload("a", "ping", "fd-0")
     with short_tmpdir() as tmp, Procs() as procs:
         daemon = product.Daemon(procs, tmp / "p", ["coord", "worker"], entry="coord")
+        # Daemon writes a swarm of echo agents; this figure's coordinator needs a tool.
         daemon.bundle = write_bundle(tmp / "p" / "fd")
         try:
             daemon.start()

@@ -114,7 +114,7 @@ def _spawn(ax: Any, data: dict[str, Any]) -> None:
                     "one at a time" if group == "seq" else f"{group.removeprefix('burst')} at once"
                 )
                 labels.append(f"{name}\n{when}")
-                colors.append(PRODUCT if arm == "product" else BASELINE)
+                colors.append({"product": PRODUCT, "subprocess": BASELINE}.get(arm, "#d0d0d0"))
     if boxes:
         parts = ax.boxplot(boxes, patch_artist=True, showfliers=True)
         for patch, color in zip(parts["boxes"], colors, strict=True):
