@@ -16,7 +16,6 @@ from agentproc import tracing
 from agentproc.catalog import ToolPolicy
 from agentproc.counters import COUNTERS
 from agentproc.extensions import EventBus, ExtensionStartError, load_extensions, plan_extensions
-from agentproc.mcp_tools import McpTools
 from agentproc.messages import ModelError
 from agentproc.process import AgentProcess
 from agentproc.providers import Provider, make_provider
@@ -102,8 +101,12 @@ async def build_definition(
         raise StartError(str(exc)) from None
     # MCP servers start with the agent; one that fails does not stop it (its tools report
     # why, and it is retried with back-off).
-    mcp = McpTools(registry, tools)
-    await mcp.start()
+    mcp = None
+    if any(getattr(r.spec, "mcp", None) is not None for r in tools):
+        from agentproc.mcp_tools import McpTools  # the SDK's client: agents with MCP Tools only
+
+        mcp = McpTools(registry, tools)
+        await mcp.start()
     spec: AgentSpec = agent.spec
     COUNTERS.reset(model.model)
     policy = swarm.spec.policy
@@ -137,7 +140,8 @@ async def build_definition(
         await provider.aclose()
         if compaction_provider is not None:
             await compaction_provider.aclose()
-        await mcp.aclose()
+        if mcp is not None:
+            await mcp.aclose()
         raise StartError(str(exc)) from None
     names = sorted(agents)
     catalog = {

@@ -38,7 +38,7 @@ def export_spans(*, model: str, provider: str) -> None:
     """Send spans to the orchestrator if it asked for them (`GOONDAN_SPAN_SOCKET`); called once
     the agent knows its model. The span code is imported only then."""
     global spans
-    from ipc.spans import SPAN_SOCKET_ENV
+    from ipc.endpoints import SPAN_SOCKET_ENV
 
     path = os.environ.get(SPAN_SOCKET_ENV)
     if not path or spans is not None:

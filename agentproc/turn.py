@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
 import structlog
@@ -37,7 +37,6 @@ from agentproc.extension_state import current_state
 from agentproc.extensions import EventBus
 from agentproc.instance import Instance
 from agentproc.loop_guard import LoopGuard
-from agentproc.mcp_tools import McpTools
 from agentproc.messages import Message, ModelReply, ToolCall, Usage
 from agentproc.middleware import Pipeline
 from agentproc.providers import Provider
@@ -71,6 +70,9 @@ from goondan.logs import log_context
 from goondan.settings import DEFAULTS, AgentSettings
 from goondan.tools import AgentRuntime, ToolResult
 from ipc.error_codes import ErrorCode
+
+if TYPE_CHECKING:  # its module loads the MCP SDK: only agents with MCP Tools import it
+    from agentproc.mcp_tools import McpTools
 
 
 @dataclass

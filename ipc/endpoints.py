@@ -16,6 +16,10 @@ from typing import TYPE_CHECKING
 
 from ipc import zmtp
 
+# Set by the orchestrator when OpenTelemetry export is on: where agents send ended spans
+# (`ipc.spans`). Here, not there, so a run without export never imports that module.
+SPAN_SOCKET_ENV = "GOONDAN_SPAN_SOCKET"
+
 if TYPE_CHECKING:  # imported where a socket is made: the daemon speaks ZMTP itself, no pyzmq
     import zmq
 

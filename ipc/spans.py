@@ -12,8 +12,6 @@ from typing import Final
 
 import msgspec
 
-SPAN_SOCKET_ENV: Final = "GOONDAN_SPAN_SOCKET"  # set by the orchestrator when export is on
-
 KIND_INTERNAL: Final = 0  # the values of `opentelemetry.trace.SpanKind`
 KIND_SERVER: Final = 1
 KIND_CLIENT: Final = 2

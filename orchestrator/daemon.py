@@ -17,8 +17,8 @@ import signal
 import socket
 import time
 from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -30,7 +30,7 @@ from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
 from goondan.proctitle import set_title
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire
-from ipc.endpoints import ensure_private_dir, ipc_endpoint
+from ipc.endpoints import SPAN_SOCKET_ENV, ensure_private_dir, ipc_endpoint
 from ipc.error_codes import ErrorCode
 from ipc.router_socket import RouterSocket, Unroutable, connection_cap
 from ipc.tasks import TaskSet
@@ -42,7 +42,6 @@ from orchestrator.instances import InstanceRegistry, delete_instance
 from orchestrator.journal import Journal
 from orchestrator.launcher import AgentLauncher, ConnectorLauncher, LaunchSpec, make_launcher
 from orchestrator.lock import StateLock
-from orchestrator.otel_export import TracedRouter, start_span_export
 from orchestrator.reload import load_for_reload, swarm_fingerprints
 from orchestrator.router import InFlight, Requester, Router
 from orchestrator.supervisor import Exit, ProcessKind, Supervisor
@@ -53,6 +52,7 @@ from orchestrator.watch import watch
 
 if TYPE_CHECKING:
     from orchestrator.metrics import AgentUsage, MetricsServer
+    from orchestrator.otel_sdk import SpanExport
     from orchestrator.ray_placement import RayPlacement
     from orchestrator.studio.server import Studio
 
@@ -181,7 +181,7 @@ class Daemon:
             limits=self.settings.ipc,
         )
         # Before the agents' launcher: they inherit its span socket's path in the environment.
-        self.spans = start_span_export(self.paths.run_dir)
+        self.spans = _span_export(self.paths.run_dir)
         launch_spec = LaunchSpec(
             self.bundle.root,
             self.swarm.name,
@@ -222,7 +222,8 @@ class Daemon:
             settings=self.settings.daemon,
             last_errors=self.paths.last_error_dir,
         )
-        self.router = (Router if self.spans is None else partial(TracedRouter, self.spans))(
+        self.router = _router(
+            self.spans,
             set(self.agent_names),
             self.entry_agent,
             self,
@@ -1031,3 +1032,23 @@ def _freeze_long_lived() -> None:
     allocates later is still collected as before."""
     gc.collect()
     gc.freeze()
+
+
+def _span_export(run_dir: Path) -> SpanExport | None:
+    """Span export when OTEL_TRACES_EXPORTER asks for it; a run without it imports nothing of
+    OpenTelemetry's, nor our exporter."""
+    if not os.environ.get("OTEL_TRACES_EXPORTER"):
+        os.environ.pop(SPAN_SOCKET_ENV, None)  # only ever ours, never inherited
+        return None
+    from orchestrator.otel_export import start_span_export
+
+    return start_span_export(run_dir)
+
+
+def _router(spans: SpanExport | None, *args: Any, **kwargs: Any) -> Router:
+    """The router; with span export on, the one that also records each request's span."""
+    if spans is None:
+        return Router(*args, **kwargs)
+    from orchestrator.otel_export import TracedRouter
+
+    return TracedRouter(spans, *args, **kwargs)

@@ -27,7 +27,8 @@ import msgspec
 import structlog
 
 from ipc import wire
-from ipc.spans import KIND_SERVER, SPAN_SOCKET_ENV, SpanRecord
+from ipc.endpoints import SPAN_SOCKET_ENV
+from ipc.spans import KIND_SERVER, SpanRecord
 from orchestrator.router import InFlight, Requester, Router
 
 if TYPE_CHECKING:

@@ -22,7 +22,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.status import Status, StatusCode
 
-from ipc.spans import SPAN_SOCKET_ENV, SpanRecord, decode_batch
+from ipc.endpoints import SPAN_SOCKET_ENV
+from ipc.spans import SpanRecord, decode_batch
 
 READ_EVERY_S = 0.2  # how often the agents' connections are read
 LISTEN_BACKLOG = 4096  # agents connect as they start, before they are accepted

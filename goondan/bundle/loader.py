@@ -23,7 +23,6 @@ from goondan.bundle.fields import Checker
 from goondan.bundle.located import display_path
 from goondan.bundle.model import LOCAL_SCOPE, PackageSpec, Resource, Source
 from goondan.bundle.packages import BASE_PACKAGE, InstalledPackage, installed_packages
-from goondan.bundle.semver import Range, SemverError, Version
 from goondan.bundle.spec_agents import parse_agent, parse_model, parse_package, parse_swarm
 from goondan.bundle.spec_code import parse_connector, parse_extension, parse_tool
 from goondan.bundle.spec_connection import parse_connection
@@ -183,6 +182,9 @@ def _check_range(
     asker: Draft,
     index: int,
 ) -> None:
+    # Only third-party packages' ranges are checked: most runs never load semver's patterns.
+    from goondan.bundle.semver import Range, SemverError, Version
+
     path = ("spec", "dependencies", index, "version")
     try:
         ok = Range.parse(wanted).satisfied_by(Version.parse(version))
@@ -311,6 +313,8 @@ def _ordered(errors: list[ConfigError], files: list[Path]) -> list[ConfigError]:
 
 def base_range_warnings(bundle: Bundle) -> list[ConfigError]:
     """A warning for a bundle that asks for a `@goondan/base` other than the built-in one."""
+    from goondan.bundle.semver import Range, SemverError, Version
+
     package = bundle.local("Package", bundle.package_name or "")
     base = installed_packages().get(BASE_PACKAGE)
     if package is None or not isinstance(package.spec, PackageSpec) or base is None:

@@ -23,7 +23,6 @@ from goondan.bundle.model import (
 from goondan.bundle.names import LLM_TOOL_NAME, TOOL_SEPARATOR, llm_tool_name
 from goondan.bundle.schemas import compile_schema
 from goondan.bundle.spec_agents import SPEC
-from goondan.bundle.spec_mcp import parse_filters, parse_mcp
 
 DEFAULT_ERROR_MESSAGE_LIMIT = 1000  # upstream default for errorMessageLimit
 _EVENT_PROPERTY_TYPES = ("string", "number", "integer", "boolean")
@@ -70,6 +69,8 @@ def parse_tool(chk: Checker, spec: Any, name: str | None) -> ToolSpec | None:
                     f"'{key}' cannot be set beside 'mcp': the MCP server's tools are the exports",
                     f"remove '{key}', or remove 'mcp' for a Python Tool",
                 )
+        from goondan.bundle.spec_mcp import parse_filters, parse_mcp  # MCP Tools only
+
         mcp = parse_mcp(chk, data["mcp"])
         include, exclude = parse_filters(chk, data)
         entry = None

@@ -163,9 +163,15 @@ def _serve(
 
 def _placement(args: argparse.Namespace, daemon: Daemon) -> str | None:
     """Sets the daemon's Ray placement for `--placement ray`; the reason it cannot run, or None."""
+    mode = getattr(args, "placement", "local")
+    asks_ray = any(
+        getattr(agent.spec, "placement", None) == "ray"
+        for agent in daemon.bundle.swarm_agents(daemon.swarm).values()
+    )
+    if mode != "ray" and not asks_ray and not (args.listen or args.ray_address):
+        return None  # a local run: the placement module is not even imported
     from orchestrator.ray_placement import PlacementError, RayPlacement, ray_agents
 
-    mode = getattr(args, "placement", "local")
     try:
         ray_agents(daemon.bundle, daemon.swarm, mode)
     except PlacementError as exc:
