@@ -9,27 +9,16 @@ import os
 import sys
 import time
 
-from goondan.cli.client import ControlClient, NotRunning
+from goondan.cli.client import ControlClient, with_daemon
 from goondan.paths import StatePaths
 from ipc import wire
 
 EXIT_FAILED = 1
-EXIT_NOT_RUNNING = 2
 
 
 def run_approvals(args: argparse.Namespace) -> int:
-    paths = StatePaths.at(args.state_root)
-    try:
-        with ControlClient(paths) as client:
-            if args.command == "approvals":
-                return _list(client, args)
-            return _decide(client, args)
-    except NotRunning as exc:
-        print(f"goondan: {exc}", file=sys.stderr)
-        return EXIT_NOT_RUNNING
-    except TimeoutError as exc:
-        print(f"goondan: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+    work = _list if args.command == "approvals" else _decide
+    return with_daemon(StatePaths.at(args.state_root), lambda client: work(client, args))
 
 
 def decided_by() -> str:

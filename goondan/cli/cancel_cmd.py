@@ -8,7 +8,7 @@ import sys
 
 import msgspec
 
-from goondan.cli.client import ControlClient, NotRunning
+from goondan.cli.client import ControlClient, with_daemon
 from goondan.paths import StatePaths
 from ipc import wire
 from ipc.error_codes import ErrorCode
@@ -24,19 +24,13 @@ def run_cancel(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    try:
-        with ControlClient(StatePaths.at(args.state_root)) as client:
-            reply = client.command(
-                "cancel",
-                wire.CancelArgs(args.agent, args.instance, args.trace, args.all),
-                timeout_s=30,
-            )
-    except NotRunning as exc:
-        print(f"goondan: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except TimeoutError as exc:
-        print(f"goondan: {exc}", file=sys.stderr)
-        return EXIT_NOTHING
+    return with_daemon(StatePaths.at(args.state_root), lambda client: _cancel(client, args))
+
+
+def _cancel(client: ControlClient, args: argparse.Namespace) -> int:
+    reply = client.command(
+        "cancel", wire.CancelArgs(args.agent, args.instance, args.trace, args.all), timeout_s=30
+    )
     if not reply.ok:
         error = reply.error
         print(

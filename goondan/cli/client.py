@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import sys
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -18,6 +19,24 @@ from ipc.endpoints import ipc_endpoint
 
 class NotRunning(Exception):
     pass
+
+
+EXIT_FAILED = 1  # the daemon did not answer in time
+EXIT_NOT_RUNNING = 2
+
+
+def with_daemon(paths: StatePaths, work: Callable[[ControlClient], int]) -> int:
+    """`work(client)`'s exit code, or the CLI's when no daemon runs on `paths` (2) or it
+    does not answer in time (1), with the reason on stderr."""
+    try:
+        with ControlClient(paths) as client:
+            return work(client)
+    except NotRunning as exc:
+        print(f"goondan: {exc}", file=sys.stderr)
+        return EXIT_NOT_RUNNING
+    except TimeoutError as exc:
+        print(f"goondan: {exc}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 def daemon_running(paths: StatePaths) -> bool:
