@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 import msgspec
 
 from agentproc.runtime_events import EVENTS_FILE, ROTATED_FILE, RuntimeEvent, event_decoder
+from goondan.file_tail import FileTail
 from goondan.paths import StatePaths
 
 FOLLOW_INTERVAL_S = 0.3
@@ -19,49 +19,12 @@ AGENT_FILES = "swarms/*/agents/*/"  # each agent's events, every instance's in o
 INSTANCE_FILES = "swarms/*/instances/*/*/"  # where earlier builds kept each instance's
 
 
-class _Source:
-    """One runtime-events file and how far we have read it, across rotations: the events
-    written to the old file after our last read are read from `runtime-events.jsonl.1`."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.partial = b""
-        self.inode = 0
-
-    def read_new(self) -> Iterator[RuntimeEvent]:
+def _decoded(lines: list[bytes]) -> Iterator[RuntimeEvent]:
+    for line in lines:
         try:
-            with open(self.path, "rb") as f:
-                inode = os.fstat(f.fileno()).st_ino
-                data = b""
-                if inode != self.inode:  # a new file: the one we read was rotated
-                    data = self._rest_of_rotated()
-                    self.inode, self.offset = inode, 0
-                f.seek(self.offset)
-                fresh = f.read()
-        except FileNotFoundError:
-            return
-        self.offset += len(fresh)
-        lines = (self.partial + data + fresh).split(b"\n")
-        self.partial = lines.pop()  # an unfinished last line waits for the rest
-        for line in lines:
-            if line.strip():
-                try:
-                    yield event_decoder.decode(line)
-                except msgspec.DecodeError:
-                    continue
-
-    def _rest_of_rotated(self) -> bytes:
-        if not self.inode:
-            return b""
-        try:
-            with open(self.path.with_name(ROTATED_FILE), "rb") as f:
-                if os.fstat(f.fileno()).st_ino != self.inode:
-                    return b""  # rotated more than once since: that part is gone
-                f.seek(self.offset)
-                return f.read()
-        except FileNotFoundError:
-            return b""
+            yield event_decoder.decode(line)
+        except msgspec.DecodeError:
+            continue  # a line from a crashed writer, or not an event
 
 
 MIN_TRACE_PREFIX = 6  # hex digits of a trace id `--trace` needs to tell traces apart
@@ -81,13 +44,13 @@ def run_logs(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    sources: dict[Path, _Source] = {}
+    sources: dict[Path, FileTail] = {}
     json_out = args.json or not sys.stdout.isatty()
 
     def scan() -> list[RuntimeEvent]:
         for path in sorted(paths.root.glob(AGENT_FILES + EVENTS_FILE)):
-            sources.setdefault(path, _Source(path))
-        events = [e for s in sources.values() for e in s.read_new() if _wanted(e, args)]
+            sources.setdefault(path, FileTail(path))
+        events = [e for s in sources.values() for e in _decoded(s.read_new()) if _wanted(e, args)]
         events.sort(key=lambda e: e.timestamp)
         return events
 
@@ -99,7 +62,7 @@ def run_logs(args: argparse.Namespace) -> int:
         e
         for pattern in once
         for p in sorted(paths.root.glob(pattern))
-        for e in _Source(p).read_new()
+        for e in _decoded(FileTail(p).read_new())
         if _wanted(e, args)
     ]
     events = sorted(history + scan(), key=lambda e: e.timestamp)
@@ -192,7 +155,7 @@ def _daemon_log(paths: StatePaths, args: argparse.Namespace) -> int:
     if not path.exists() and not args.follow:
         print(f"goondan: no daemon log at {path}", file=sys.stderr)
         return 1
-    source = _LineSource(path)
+    source = FileTail(path)
     lines = source.read_new()
     for line in lines[-args.lines :] if args.lines else lines:
         _print_line(line)
@@ -210,28 +173,3 @@ def _daemon_log(paths: StatePaths, args: argparse.Namespace) -> int:
 def _print_line(line: bytes) -> None:
     sys.stdout.write(line.decode(errors="replace") + "\n")
     sys.stdout.flush()
-
-
-class _LineSource:
-    """A log file's new complete lines; a rotation (a new inode) starts it from the top."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.inode = 0
-        self.partial = b""
-
-    def read_new(self) -> list[bytes]:
-        try:
-            with open(self.path, "rb") as f:
-                inode = os.fstat(f.fileno()).st_ino
-                if inode != self.inode:
-                    self.inode, self.offset, self.partial = inode, 0, b""
-                f.seek(self.offset)
-                fresh = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(fresh)
-        lines = (self.partial + fresh).split(b"\n")
-        self.partial = lines.pop()
-        return [line for line in lines if line.strip()]

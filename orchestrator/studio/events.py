@@ -8,15 +8,15 @@ and only while someone is looking (a stream is open or a page asks).
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict, deque
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
+from goondan.file_tail import FileTail
+
 EVENTS_FILE = "runtime-events.jsonl"
-ROTATED_FILE = EVENTS_FILE + ".1"
 # Events kept in memory for the tail, and traces for the request list and waterfalls.
 MAX_EVENTS = 5000
 MAX_TRACES = 300
@@ -29,69 +29,12 @@ HISTORY_BYTES = 4 * 1024 * 1024
 _decoder = msgspec.json.Decoder(dict[str, Any])
 
 
-class _Tail:
-    """One agent's events file and how far it has been read, across rotations."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.inode = 0
-        self.partial = b""
-
-    def read_new(self) -> list[bytes]:
-        try:
-            with open(self.path, "rb") as f:
-                info = os.fstat(f.fileno())
-                older = b""
-                cut = False
-                if info.st_ino != self.inode:
-                    if self.inode:  # rotated since the last read: the rest of the old file
-                        older = self._rest_of_rotated()
-                    else:  # first read: the newest history, older first
-                        older = self._history(info.st_size)
-                        cut = info.st_size > HISTORY_BYTES
-                    self.inode, self.offset = info.st_ino, max(0, info.st_size - HISTORY_BYTES)
-                f.seek(self.offset)
-                fresh = f.read()
-        except FileNotFoundError:
-            return []
-        self.offset += len(fresh)
-        if cut:  # started mid-line: that first line is not an event
-            fresh = fresh.split(b"\n", 1)[-1]
-        lines = (self.partial + older + fresh).split(b"\n")
-        self.partial = lines.pop()
-        return [line for line in lines if line.strip()]
-
-    def _history(self, size: int) -> bytes:
-        if size >= HISTORY_BYTES:
-            return b""
-        try:
-            with open(self.path.with_name(ROTATED_FILE), "rb") as f:
-                rotated_size = os.fstat(f.fileno()).st_size
-                f.seek(max(0, rotated_size - (HISTORY_BYTES - size)))
-                data = f.read()
-        except FileNotFoundError:
-            return b""
-        # A cut first line is not an event; a file ends with a whole one.
-        return data.split(b"\n", 1)[1] if rotated_size > HISTORY_BYTES - size else data
-
-    def _rest_of_rotated(self) -> bytes:
-        try:
-            with open(self.path.with_name(ROTATED_FILE), "rb") as f:
-                if os.fstat(f.fileno()).st_ino != self.inode:
-                    return b""
-                f.seek(self.offset)
-                return f.read()
-        except FileNotFoundError:
-            return b""
-
-
 class EventStore:
     """Recent runtime events of one swarm, grouped into traces."""
 
     def __init__(self, agents_dir: Path) -> None:
         self.agents_dir = agents_dir  # <state-root>/swarms/<swarm>/agents
-        self._tails: dict[Path, _Tail] = {}
+        self._tails: dict[Path, FileTail] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.traces: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._span_agent: OrderedDict[str, str] = OrderedDict()
@@ -113,7 +56,7 @@ class EventStore:
         the event loop, so no reader meets a collection changing under it."""
         for path in sorted(self.agents_dir.glob(f"*/{EVENTS_FILE}")):
             if path not in self._tails:
-                self._tails[path] = _Tail(path)
+                self._tails[path] = FileTail(path, HISTORY_BYTES)
         new: list[dict[str, Any]] = []
         for tail in self._tails.values():
             for line in tail.read_new():
