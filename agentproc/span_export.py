@@ -73,80 +73,68 @@ class SpanSink:
         """Note a span's start, or send it when it ends. Never raises: a turn must not fail
         for its trace."""
         try:
-            self._on_event(
-                event, trace_id, span_id, parent_span_id, agent, instance_key, turn_id, data
+            if event in _STARTS:
+                if len(self._started) > MAX_OPEN:
+                    self._started.clear()
+                self._started[span_id] = time.time_ns()
+                return
+            if event not in _ENDS:
+                return
+            end = time.time_ns()
+            start = self._started.pop(span_id, end)
+            family = event[: event.index(".")]
+            error = data.get("errorCode")
+            if error is None and event.endswith(".failed"):
+                error = data.get("finishReason") or "failed"
+            attributes: dict[str, Attribute] = {
+                "gen_ai.agent.name": agent,
+                "process.pid": self._pid,
+            }
+            kind = KIND_INTERNAL
+            if family == "tool":
+                tool = str(data.get("toolName", ""))
+                name = f"execute_tool {tool}"
+                attributes["gen_ai.operation.name"] = "execute_tool"
+                attributes["gen_ai.tool.name"] = tool
+                attributes["gen_ai.tool.call.id"] = str(data.get("toolCallId", ""))
+                attributes["goondan.tool.status"] = str(data.get("status", ""))
+            elif family == "step":
+                name = f"chat {self.model}"
+                kind = KIND_CLIENT
+                attributes["gen_ai.operation.name"] = "chat"
+                attributes["gen_ai.request.model"] = self.model
+                attributes["gen_ai.provider.name"] = self.provider
+                attributes["goondan.step.index"] = int(data.get("stepIndex", 0))
+                _usage(attributes, data)
+                reason = data.get("finishReason")
+                if reason is not None:
+                    attributes["gen_ai.response.finish_reasons"] = [str(reason)]
+            else:
+                name = f"invoke_agent {agent}"
+                attributes["gen_ai.operation.name"] = "invoke_agent"
+                attributes["goondan.instance_key"] = instance_key
+                attributes["goondan.turn_id"] = turn_id
+                attributes["goondan.finish_reason"] = str(data.get("finishReason", ""))
+                _usage(attributes, data)
+            if error is not None:
+                attributes["error.type"] = str(error)
+                message = data.get("errorMessage")
+                if message is not None:
+                    attributes["goondan.error.message"] = str(message)[:500]
+            record = SpanRecord(
+                name,
+                trace_id,
+                span_id,
+                parent_span_id,
+                start,
+                end,
+                kind,
+                None if error is None else str(error),
+                attributes,
             )
+            self._send(record)
         except Exception as exc:
             self._drop(1, f"{type(exc).__name__}: {exc}")
-
-    def _on_event(
-        self,
-        event: str,
-        trace_id: str,
-        span_id: str,
-        parent_span_id: str | None,
-        agent: str,
-        instance_key: str,
-        turn_id: str,
-        data: dict[str, Any],
-    ) -> None:
-        if event in _STARTS:
-            if len(self._started) > MAX_OPEN:
-                self._started.clear()
-            self._started[span_id] = time.time_ns()
-            return
-        if event not in _ENDS:
-            return
-        end = time.time_ns()
-        start = self._started.pop(span_id, end)
-        family = event[: event.index(".")]
-        error = data.get("errorCode")
-        if error is None and event.endswith(".failed"):
-            error = data.get("finishReason") or "failed"
-        attributes: dict[str, Attribute] = {"gen_ai.agent.name": agent, "process.pid": self._pid}
-        kind = KIND_INTERNAL
-        if family == "tool":
-            tool = str(data.get("toolName", ""))
-            name = f"execute_tool {tool}"
-            attributes["gen_ai.operation.name"] = "execute_tool"
-            attributes["gen_ai.tool.name"] = tool
-            attributes["gen_ai.tool.call.id"] = str(data.get("toolCallId", ""))
-            attributes["goondan.tool.status"] = str(data.get("status", ""))
-        elif family == "step":
-            name = f"chat {self.model}"
-            kind = KIND_CLIENT
-            attributes["gen_ai.operation.name"] = "chat"
-            attributes["gen_ai.request.model"] = self.model
-            attributes["gen_ai.provider.name"] = self.provider
-            attributes["goondan.step.index"] = int(data.get("stepIndex", 0))
-            _usage(attributes, data)
-            reason = data.get("finishReason")
-            if reason is not None:
-                attributes["gen_ai.response.finish_reasons"] = [str(reason)]
-        else:
-            name = f"invoke_agent {agent}"
-            attributes["gen_ai.operation.name"] = "invoke_agent"
-            attributes["goondan.instance_key"] = instance_key
-            attributes["goondan.turn_id"] = turn_id
-            attributes["goondan.finish_reason"] = str(data.get("finishReason", ""))
-            _usage(attributes, data)
-        if error is not None:
-            attributes["error.type"] = str(error)
-            message = data.get("errorMessage")
-            if message is not None:
-                attributes["goondan.error.message"] = str(message)[:500]
-        record = SpanRecord(
-            name,
-            trace_id,
-            span_id,
-            parent_span_id,
-            start,
-            end,
-            kind,
-            None if error is None else str(error),
-            attributes,
-        )
-        self._send(record)
 
     def _send(self, record: SpanRecord) -> None:
         batch = encode_batch((record,))
