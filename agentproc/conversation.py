@@ -1,4 +1,13 @@
-"""A conversation on disk, event sourced: `base.jsonl` + `events.jsonl`.
+"""A conversation on disk, event sourced: a base and its events.
+
+Where: beside the instance's directory `instances/<key>/<agent>/`, in the instance key's
+directory, as `<agent>+events.jsonl` and `<agent>+base.jsonl` (`+` is in no storage name, so no
+agent's files can take another's name). A new conversation makes one file, not a directory and a
+file: on ext4 a directory's inode costs several times a file's, most of all in the minutes after
+many files were deleted. The instance's directory holds what else it keeps (extension state,
+long-running tool records), made when first written. Conversations stored before this layout,
+`base.jsonl` and `events.jsonl` inside the instance's directory, are read and written where
+they are (`conversation_files`).
 
 Every message change during a turn (append, and the replace / remove / truncate extensions
 emit) is written to `events.jsonl` (to the OS, before the loop moves on), so an agent crash
@@ -22,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 import zlib
 from pathlib import Path
@@ -73,18 +83,79 @@ _event_decoder = msgspec.json.Decoder(AnyEvent)
 _message_decoder = msgspec.json.Decoder(Message)
 
 
+EVENTS_SUFFIX = "+events.jsonl"
+BASE_SUFFIX = "+base.jsonl"
+_LEGACY_EVENTS = "events.jsonl"  # inside the instance's directory, before `+events.jsonl`
+_LEGACY_BASE = "base.jsonl"
+
+
+def conversation_files(directory: Path) -> tuple[Path, Path, bool]:
+    """(base, events, legacy) of the conversation of the instance directory `directory`
+    (`instances/<key>/<agent>`): its files beside the directory, or inside it when a
+    conversation was stored there before (`legacy`), and nothing beside it was."""
+    home, name = directory.parent, directory.name
+    base, events = home / (name + BASE_SUFFIX), home / (name + EVENTS_SUFFIX)
+    if not (events.exists() or base.exists()):
+        old_base, old_events = directory / _LEGACY_BASE, directory / _LEGACY_EVENTS
+        if old_events.exists() or old_base.exists():
+            return old_base, old_events, True
+    return base, events, False
+
+
+def conversation_stored(directory: Path) -> bool:
+    """Whether the instance directory `directory` has a conversation on disk, in either
+    layout."""
+    base, events, _ = conversation_files(directory)
+    return events.exists() or base.exists()
+
+
+def stored_agents(instance_dir: Path) -> list[Path]:
+    """The instance directories (`instances/<key>/<agent>`, made yet or not) of the agents
+    that keep something under the instance key's directory `instance_dir`, a conversation in
+    either layout or a directory, sorted by name."""
+    names: set[str] = set()
+    try:
+        entries = list(instance_dir.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        for suffix in (EVENTS_SUFFIX, BASE_SUFFIX):
+            if entry.name.endswith(suffix):
+                names.add(entry.name.removesuffix(suffix))
+                break
+        else:
+            if entry.is_dir():
+                names.add(entry.name)
+    return [instance_dir / name for name in sorted(names)]
+
+
+def delete_conversation(directory: Path) -> bool:
+    """Remove what the instance directory `directory` keeps: the directory and the
+    conversation beside it. False when there was nothing."""
+    existed = directory.exists()
+    shutil.rmtree(directory, ignore_errors=True)
+    for suffix in (EVENTS_SUFFIX, BASE_SUFFIX, BASE_SUFFIX + ".tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            directory.with_name(directory.name + suffix).unlink()
+            existed = True
+    return existed
+
+
 class Conversation:
     def __init__(self, directory: Path, *, fsync_events: bool = False) -> None:
+        """`directory` is the instance's (`instances/<key>/<agent>`): the conversation's
+        files go beside it (see the module doc; `stored` finds older ones)."""
         self.directory = directory
-        self.base_path = directory / "base.jsonl"
-        self.events_path = directory / "events.jsonl"
+        home, name = directory.parent, directory.name
+        self.base_path = home / (name + BASE_SUFFIX)
+        self.events_path = home / (name + EVENTS_SUFFIX)
+        self._legacy = False  # stored inside the instance's directory, the older layout
         self._fsync_events = fsync_events
         self._events_fd: int | None = None
         self.messages: list[Message] = []
         self._requests: dict[str, int] | None = None  # requestId -> index of its user message
         self._dirty = False  # changed since the last sync or fold
         self._dir_synced = False  # the directory's entries (new files) made durable
-        self._directory_missing = False  # known not to exist yet (see `expect_new`)
         self.events_bytes = 0  # in events.jsonl: since the last fold
         self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
         self._fold_lock = threading.Lock()
@@ -94,6 +165,7 @@ class Conversation:
         return self._dirty
 
     def load(self) -> list[Message]:
+        self.stored()  # which layout
         data = _read(self.events_path)
         self.messages, whole = _replay(_read(self.base_path), data)
         self._requests = None
@@ -106,9 +178,15 @@ class Conversation:
             self.fold()
         return self.messages
 
-    def expect_new(self) -> None:
-        """Nothing is stored yet, not even the directory: the first write makes it."""
-        self._directory_missing = True
+    def stored(self) -> bool:
+        """Whether this conversation is on disk: beside the instance's directory, or inside it
+        in the older layout (then it stays there: its files are read and written in place)."""
+        if self.events_path.exists() or self.base_path.exists():
+            return True
+        if not self.directory.is_dir():  # a new instance: no older layout to look for
+            return False
+        self.base_path, self.events_path, self._legacy = conversation_files(self.directory)
+        return self._legacy
 
     def request_position(self, request_id: str) -> int | None:
         """Index of the user message that started request `request_id`, if any (a replay).
@@ -185,7 +263,7 @@ class Conversation:
     def _fold(self) -> None:
         if not (self._dirty or self.events_bytes or self._held):
             return
-        self.directory.mkdir(parents=True, exist_ok=True)  # held events only: not made yet
+        self.events_path.parent.mkdir(parents=True, exist_ok=True)  # held events only
         base = b"".join([_encoder.encode(message) + b"\n" for message in self.messages])
         tmp = self.base_path.with_suffix(".jsonl.tmp")
         with open(tmp, "wb") as out:
@@ -197,7 +275,7 @@ class Conversation:
         marker = Folded(len(base), zlib.crc32(base))
         self._write(_encoder.encode(marker) + b"\n", durable=True)
         os.replace(tmp, self.base_path)
-        fsync_dir(self.directory)
+        fsync_dir(self.base_path.parent)
         self._close_events()
         with open(self.events_path, "wb"):
             pass
@@ -217,12 +295,9 @@ class Conversation:
     def _write(self, data: bytes, *, durable: bool = False) -> None:
         if self._events_fd is None:
             try:
-                self._events_fd = open_append(
-                    self.events_path, new_directory=self._directory_missing
-                )
+                self._events_fd = open_append(self.events_path)
             except OSError as exc:
                 raise StorageError("the conversation", self.events_path, exc) from exc
-            self._directory_missing = False
         # One write() for the lot: it reaches the OS before we return, so a crash keeps it.
         fd = self._events_fd
         start = os.lseek(fd, 0, os.SEEK_END)
@@ -242,12 +317,15 @@ class Conversation:
         self.events_bytes += len(data)
 
     def _sync_directories(self) -> None:
-        """Make durable, once, the entries a new conversation made: its events file, its
-        directory and the instance's (`instances/<key>/<agent>/events.jsonl`)."""
+        """Make durable, once, the entries a new conversation made: its events file and the
+        instance key's directory (`instances/<key>/<agent>+events.jsonl`), and in the older
+        layout the instance's directory between them."""
         if not self._dir_synced:
-            fsync_dir(self.directory)
-            fsync_dir(self.directory.parent)
-            fsync_dir(self.directory.parent.parent)
+            home = self.events_path.parent
+            fsync_dir(home)
+            fsync_dir(home.parent)
+            if self._legacy:
+                fsync_dir(home.parent.parent)
             self._dir_synced = True
 
     def _close_events(self) -> None:
@@ -257,8 +335,10 @@ class Conversation:
 
 
 def read_messages(directory: Path) -> list[Message]:
-    """The conversation as stored (base + events), without repairing or writing anything."""
-    messages, _ = _replay(_read(directory / "base.jsonl"), _read(directory / "events.jsonl"))
+    """The conversation of the instance directory `directory` (`instances/<key>/<agent>`) as
+    stored (base + events, in either layout), without repairing or writing anything."""
+    base, events, _ = conversation_files(directory)
+    messages, _ = _replay(_read(base), _read(events))
     return messages
 
 

@@ -1,9 +1,12 @@
-"""One instance (conversation) of this agent and everything kept for it, in one directory:
+"""One instance (conversation) of this agent and everything kept for it:
 
-    <state-root>/swarms/<swarm>/instances/<instanceKey>/<agent>/
-        base.jsonl, events.jsonl     the conversation (event sourced)
-        extensions/<name>.json       extension state
-        pending-tools.json           long-running tool calls not yet in the conversation
+    <state-root>/swarms/<swarm>/instances/<instanceKey>/
+        <agent>+events.jsonl, <agent>+base.jsonl    the conversation (event sourced; older
+                                                    ones: base/events.jsonl in <agent>/)
+        <agent>/                                    made when something below is written
+            extensions/<name>.json                  extension state
+            pending-tools.json                      long-running tool calls not yet in the
+                                                    conversation
 
 Its turn / step / tool events go to the agent's runtime event log (`runtime_events`), shared
 by the instances of the process.
@@ -53,10 +56,8 @@ class Instance:
         self.last_turn_at = 0.0  # time.monotonic() when the last turn ended
 
     def load(self) -> Instance:
-        if not self.directory.is_dir():
-            # a new instance: nothing stored yet (files come with the first write)
-            self.conversation.expect_new()
-            return self
+        if not (self.conversation.stored() or self.directory.is_dir()):
+            return self  # a new instance: nothing stored yet (files come when written)
         self.conversation.load()
         self.jobs.load(self.conversation.messages)
         return self

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import sys
 import time
 from collections import OrderedDict
@@ -15,6 +14,7 @@ import msgspec
 import structlog
 
 from agentproc.approvals import ApprovalWaits
+from agentproc.conversation import delete_conversation
 from agentproc.counters import COUNTERS
 from agentproc.instance import Instance
 from agentproc.instance_queues import InstanceQueues
@@ -316,9 +316,7 @@ class AgentProcess:
         instance = self._instances.pop(key, None)
         if instance is not None:
             instance.close(save=False)
-        directory = self._dirs.conversation_dir(key, self.name)
-        existed = directory.exists()
-        shutil.rmtree(directory, ignore_errors=True)
+        existed = delete_conversation(self._dirs.conversation_dir(key, self.name))
         self.log.info("instance deleted", instanceKey=key)
         reply = wire.ControlReply(True, wire.Dropped(existed or instance is not None))
         self._answer_control(job.reply_to, job.correlation_id, reply)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from agentproc.conversation import read_messages
+from agentproc.conversation import conversation_stored, read_messages
 from ipc.error_codes import ErrorCode
 
 LEDGER_TOOL = '''"""Soak ledger: one line per turn that reached this tool (O_APPEND)."""
@@ -180,7 +180,9 @@ def coordinator_turns(state_root: Path) -> dict[str, CoordinatorTurn]:
     cannot show that turn, which still ends with the coordinator's answer."""
     turns: dict[str, CoordinatorTurn] = {}
     instances = state_root / "swarms" / "default" / "instances"
-    for directory in instances.glob("*/coordinator"):
+    for directory in [key / "coordinator" for key in instances.glob("*")]:
+        if not conversation_stored(directory):
+            continue
         messages = read_messages(directory)
         ledger_calls = {
             call.id for m in messages for call in m.tool_calls if call.name == "ledger__record"

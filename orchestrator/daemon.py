@@ -12,7 +12,6 @@ import itertools
 import os
 import resource
 import secrets
-import shutil
 import signal
 import socket
 import time
@@ -553,10 +552,11 @@ class Daemon:
         was_running = slot.process is not None
         await self.supervisor.stop(name, self._shutdown_sender("restart"), self.grace_s)
         if fresh:
-            for directory in (self.paths.swarm_dir(self.swarm.name) / "instances").glob(
-                f"*/{storage_name(name)}"
-            ):
-                shutil.rmtree(directory, ignore_errors=True)
+            from agentproc.conversation import delete_conversation
+
+            agent = storage_name(name)
+            for key in (self.paths.swarm_dir(self.swarm.name) / "instances").glob("*"):
+                delete_conversation(key / agent)
         slot.consecutive_crashes = 0
         if name in self._fingerprints and (was_running or self.router.has_waiting(name)):
             self.supervisor.ensure_running(name)

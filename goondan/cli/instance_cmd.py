@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from agentproc.conversation import read_messages
+from agentproc.conversation import conversation_files, read_messages, stored_agents
 from goondan.cli.client import ControlClient, daemon_running
 from goondan.cli.prompt import confirm, declined
 from goondan.cli.transcript import render_conversation
@@ -33,7 +33,7 @@ def stored_instances(paths: StatePaths) -> list[dict[str, Any]]:
     rows = []
     for swarm_dir in sorted((paths.root / "swarms").glob("*")):
         for instance_dir in sorted((swarm_dir / "instances").glob("*")):
-            agents = sorted(d for d in instance_dir.iterdir() if d.is_dir())
+            agents = stored_agents(instance_dir)
             if not agents:
                 continue
             updated = max(_mtime(d) for d in agents)
@@ -81,17 +81,14 @@ def _show(paths: StatePaths, args: argparse.Namespace) -> int:
     found = [
         (swarm, agent)
         for swarm in swarms
-        for agent in sorted(
-            d for d in (paths.root / "swarms" / swarm / "instances" / name).iterdir()
-        )
-        if agent.is_dir() and args.agent in (None, agent.name)
+        for agent in stored_agents(paths.root / "swarms" / swarm / "instances" / name)
+        if args.agent in (None, agent.name)
     ]
     if not found:
         agents = sorted(
             d.name
             for swarm in swarms
-            for d in (paths.root / "swarms" / swarm / "instances" / name).iterdir()
-            if d.is_dir()
+            for d in stored_agents(paths.root / "swarms" / swarm / "instances" / name)
         )
         print(
             f"goondan: instance '{args.key}' has no conversation of agent '{args.agent}' "
@@ -158,4 +155,11 @@ def _delete(paths: StatePaths, args: argparse.Namespace) -> int:
 
 
 def _mtime(directory: Path) -> float:
-    return max((p.stat().st_mtime for p in directory.iterdir()), default=directory.stat().st_mtime)
+    """When an agent's instance last changed: its conversation's files, and its directory's
+    entries if it has one."""
+    base, events, _ = conversation_files(directory)
+    found = [p.stat().st_mtime for p in (base, events) if p.exists()]
+    if directory.is_dir():
+        found.extend(p.stat().st_mtime for p in directory.iterdir())
+        found.append(directory.stat().st_mtime)
+    return max(found, default=0.0)

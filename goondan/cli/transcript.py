@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentproc.conversation import read_messages
+from agentproc.conversation import read_messages, stored_agents
 from agentproc.messages import Message
 from goondan.paths import StatePaths
 
@@ -20,7 +20,8 @@ SHOW_ARGS_CHARS = 300
 def render_transcript(paths: StatePaths, swarm: str, trace_id: str) -> str:
     """Every turn whose input carried `trace_id`, agent by agent, in the order they started."""
     sections: list[tuple[float, list[str]]] = []
-    for directory in sorted((paths.swarm_dir(swarm) / "instances").glob("*/*")):
+    instances = sorted((paths.swarm_dir(swarm) / "instances").glob("*"))
+    for directory in [agent for key in instances for agent in stored_agents(key)]:
         for turn in _turns(read_messages(directory)):
             metadata = turn[0].metadata
             if metadata.get("traceId") == trace_id:

@@ -304,11 +304,19 @@ class Studio:
     def _instances(self) -> list[dict[str, Any]]:
         directory = self.paths.swarm_dir(self._swarm()) / "instances"
         rows: list[dict[str, Any]] = []
+        from agentproc.conversation import conversation_files, stored_agents
+
         for instance in directory.glob("*"):
-            agents = sorted(d.name for d in instance.iterdir() if d.is_dir())
-            if not agents:
+            found = stored_agents(instance)
+            if not found:
                 continue
-            updated = max((instance / a).stat().st_mtime for a in agents)
+            agents = [a.name for a in found]
+            updated = max(
+                p.stat().st_mtime
+                for a in found
+                for p in (a, *conversation_files(a)[:2])
+                if p.exists()
+            )
             key = key_of(instance.name) or instance.name
             rows.append({"instanceKey": key, "agents": agents, "updatedAt": updated})
         rows.sort(key=lambda r: r["updatedAt"], reverse=True)
@@ -322,10 +330,11 @@ class Studio:
         except BadInstanceKey as exc:
             return web.json_response({"error": str(exc)}, status=400)
         directory = self.paths.conversation_dir(self._swarm(), key, agent)
-        if not directory.is_dir():
-            return web.json_response({"error": f"no conversation {key}/{agent}"}, status=404)
         # The agent runtime's own reader: the same replay (base, events, folds) it does.
-        from agentproc.conversation import read_messages
+        from agentproc.conversation import conversation_stored, read_messages
+
+        if not (directory.is_dir() or conversation_stored(directory)):
+            return web.json_response({"error": f"no conversation {key}/{agent}"}, status=404)
 
         messages = await asyncio.to_thread(read_messages, directory)
         return web.json_response(

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agentproc.conversation import read_messages
+from agentproc.conversation import conversation_stored, read_messages
 from agentproc.messages import Message
 from tests.e2e.conftest import GOONDAN, Daemon, pid_alive, wait_for, write_bundle
 
@@ -252,7 +252,7 @@ def test_cancel_goes_down_a_delegation_chain(swarm, state_root):
     wait_for(lambda: ended_cancelled("front") and ended_cancelled("back"), timeout=20)
     assert_cancelled_cleanly(conversation(state_root, "front"))
     back_keys = list((state_root / "swarms/default/instances").iterdir())
-    back = [read_messages(k / "back") for k in back_keys if (k / "back").exists()]
+    back = [read_messages(k / "back") for k in back_keys if conversation_stored(k / "back")]
     assert len(back) == 1
     assert_cancelled_cleanly(back[0])
 

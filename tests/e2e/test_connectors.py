@@ -76,7 +76,7 @@ def test_unsigned_and_tampered_requests_are_refused(webhook, state_root):
     assert post(port, {"text": "hi"}, raw=tampered)[0] == 401
     assert post(port, {"text": "hi"}, secret="wrong")[0] == 401
     # nothing reached an agent
-    assert not list(state_root.glob("swarms/*/instances/*/responder"))
+    assert not list(state_root.glob("swarms/*/instances/*/responder*"))
 
 
 def test_ingress_rules_pick_the_conversation(webhook, state_root):

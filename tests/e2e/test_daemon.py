@@ -200,7 +200,7 @@ def test_state_root_and_sockets_are_private(start_daemon, state_root):
     run_dir = state_root / "run"
     assert stat.S_IMODE(state_root.stat().st_mode) == 0o700
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700
-    convo = state_root / "swarms/default/instances/cli/assistant/events.jsonl"
+    convo = state_root / "swarms/default/instances/cli/assistant+events.jsonl"
     assert stat.S_IMODE(convo.stat().st_mode) & 0o077 == 0
     for name in ("agents.sock", "control.sock", "journal.jsonl", "orchestrator.lock"):
         mode = stat.S_IMODE((run_dir / name).stat().st_mode)

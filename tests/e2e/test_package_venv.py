@@ -261,7 +261,8 @@ def test_the_packages_connector_feeds_the_swarm(
 
         def answered() -> list[str]:
             replies = []
-            for agent_dir in short_root.glob("swarms/default/instances/*/librarian"):
+            for key_dir in short_root.glob("swarms/default/instances/*"):
+                agent_dir = key_dir / "librarian"
                 replies += [
                     m.content or "" for m in read_messages(agent_dir) if m.role == "assistant"
                 ]

@@ -2,7 +2,7 @@
 
 import json
 
-from agentproc.conversation import read_messages
+from agentproc.conversation import read_messages, stored_agents
 from tests.e2e.conftest import QUICKSTART, goondan
 
 
@@ -27,7 +27,8 @@ def test_one_shot_run_answers_with_a_tool_call_and_a_delegation(state_root):
     # ... and the fact from the researcher's own process and its numbers__describe tool.
     assert "42 is not a prime, is written 101010 in binary" in answer
     # The conversations are on disk, one per agent.
-    stored = {d.name: read_messages(d) for d in state_root.glob("swarms/default/instances/*/*")}
+    keys = state_root.glob("swarms/default/instances/*")
+    stored = {d.name: read_messages(d) for key in keys for d in stored_agents(key)}
     assert sorted(stored) == ["assistant", "researcher"]
     assert (stored["assistant"][0].content or "").startswith("What is 19 plus 23?")
     assert "101010 in binary" in (stored["researcher"][-1].content or "")

@@ -7,6 +7,7 @@ import socket
 
 import pytest
 
+from agentproc.conversation import conversation_stored
 from tests.e2e.conftest import QUICKSTART, wait_for
 
 
@@ -69,11 +70,11 @@ def test_restart_one_agent_fresh(start_daemon, bundle, state_root):
     daemon = start_daemon(bundle)
     daemon.send("What is 1 plus 2?")
     convo = state_root / "swarms/default/instances/cli/researcher"
-    assert convo.exists()
+    assert conversation_stored(convo)
     before = pids(daemon)
     proc = daemon.cli("restart", "--agent", "researcher", "--fresh")
     assert proc.returncode == 0, proc.stderr
-    assert not convo.exists()
+    assert not conversation_stored(convo) and not convo.exists()
     after = pids(daemon)
     assert after["researcher"] != before["researcher"] and after["assistant"] == before["assistant"]
     assert daemon.process("researcher")["status"] in ("idle", "spawning")

@@ -161,7 +161,7 @@ def test_a_replay_that_cannot_be_stored_is_delivered_again_once_it_can(tmp_path,
     cannot write) stays journaled and is delivered again until it is answered."""
     bundle = write_bundle(tmp_path / "b", BUNDLE, {"slow.py": SLOW_TOOL})
     daemons: list[Daemon] = []
-    events = state_root / "swarms/default/instances/cli/sleeper/events.jsonl"
+    events = state_root / "swarms/default/instances/cli/sleeper+events.jsonl"
     try:
         daemons.append(Daemon(bundle, state_root))
         workdir = state_root / "swarms/default/workspaces/cli"
@@ -193,7 +193,7 @@ def test_a_replay_that_cannot_be_stored_is_delivered_again_once_it_can(tmp_path,
         subprocess.run(["chattr", "-i", str(events)], check=True)
 
         def answered() -> bool:
-            messages = read_messages(events.parent)
+            messages = read_messages(events.parent / "sleeper")
             return bool(messages) and messages[-1].content == "attempt E_TOOL_INTERRUPTED"
 
         wait_for(answered, timeout=20)
