@@ -2,7 +2,8 @@
 
 <root>/run/                  0700: sockets, lock, orchestrator.json
 <root>/logs/                 0700: daemon.log (rotated), stderr.log (a detached daemon's)
-<root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   conversation (base/events.jsonl)
+<root>/swarms/<swarm>/instances/<instanceKey>/<agent>+events.jsonl   conversation (and +base)
+<root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   its other state, made when needed
 <root>/swarms/<swarm>/agents/<agent>/                     the agent's runtime events
 <root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
 
