@@ -17,7 +17,8 @@ import concurrent.futures
 import contextlib
 import contextvars
 import time
-from collections.abc import Callable, Collection
+import types
+from collections.abc import Callable, Collection, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -126,24 +127,31 @@ class ToolExecutor:
         except fastjsonschema.JsonSchemaValueException as exc:
             problem = _describe(entry.parameters, args, exc)
             return invalid_args(name, problem, entry.parameters, entry.error_message_limit)
-        return await self.call_handler(entry, args, make_context(), submit)
-
-    async def call_handler(
-        self,
-        entry: ToolEntry,
-        args: dict[str, Any],
-        ctx: ToolContext,
-        submit: PendingSubmit | None = None,
-    ) -> ToolResult:
+        ctx = make_context()
         timeout_ms = entry.timeout_ms or self.default_timeout_ms
-        lock = self._locks.setdefault(entry.name, asyncio.Lock()) if entry.sequential else None
         started = time.monotonic()
         try:
-            if lock is not None:
-                async with lock:
-                    output = await self._run(entry, args, ctx, timeout_ms)
+            if entry.is_async and not entry.sequential:
+                # The handler's first stretch runs right here: until it waits on the loop no
+                # deadline can pass, so most calls (which never wait) arm none, and a call
+                # that waits is watched from `started` as before.
+                coro = entry.handler(ctx, args)
+                try:
+                    signal = coro.send(None)
+                except StopIteration as stop:
+                    output = stop.value
+                except asyncio.CancelledError:
+                    ctx._cancel()
+                    raise
+                else:
+                    output = await self._wait(coro, signal, ctx, started + timeout_ms / 1000)
             else:
-                output = await self._run(entry, args, ctx, timeout_ms)
+                lock = self._lock(entry.name) if entry.sequential else None
+                if lock is not None:
+                    async with lock:
+                        output = await self._run(entry, args, ctx, timeout_ms)
+                else:
+                    output = await self._run(entry, args, ctx, timeout_ms)
         except TimeoutError:
             return ToolResult.fail(
                 ToolErrorInfo(
@@ -159,7 +167,39 @@ class ToolExecutor:
             raise
         except BaseException as exc:  # noqa: BLE001 - handler errors are data, never crashes
             return ToolResult.fail(error_info(exc, entry.error_message_limit))
-        return shape_output(entry, output, submit)
+        if isinstance(output, _SHAPED):
+            return shape_output(entry, output, submit)
+        result = ToolResult("ok", output)  # plain data, by far the most common: shaped here
+        try:
+            _encoder.encode(result)  # the LLM reads JSON: refuse what cannot become JSON
+        except (TypeError, ValueError, OverflowError) as exc:
+            return _not_json(entry.name, exc)
+        return result
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        lock = self._locks.get(name)
+        if lock is None:
+            lock = self._locks[name] = asyncio.Lock()
+        return lock
+
+    async def _wait(
+        self, coro: Coroutine[Any, Any, Any], signal: Any, ctx: ToolContext, when: float
+    ) -> Any:
+        """The rest of an async handler that waited on the loop (it yielded `signal`), under
+        its deadline `when`; TimeoutError past it."""
+        task = asyncio.current_task()
+        assert task is not None
+        cancelling = task.cancelling()
+        watched = self._deadlines.watch(task, when)
+        try:
+            return await _resume(coro, signal)
+        except asyncio.CancelledError:
+            ctx._cancel()
+            if watched.expired and task.uncancel() <= cancelling:
+                raise TimeoutError from None  # our deadline, and nobody else cancelled
+            raise
+        finally:
+            self._deadlines.end(watched)
 
     async def _run(
         self, entry: ToolEntry, args: dict[str, Any], ctx: ToolContext, timeout_ms: int
@@ -245,6 +285,28 @@ class ToolExecutor:
         future.add_done_callback(done)
 
 
+@types.coroutine
+def _resume(coro: Coroutine[Any, Any, Any], signal: Any) -> Generator[Any, Any, Any]:
+    """Finish `coro`, which ran up to its first wait (it yielded `signal`), as `await coro`
+    would have: what the task sends or throws in (a cancel) goes on to the coroutine."""
+    while True:
+        try:
+            sent = yield signal
+        except GeneratorExit:
+            coro.close()
+            raise
+        except BaseException as exc:  # noqa: BLE001 - handed on, as `await` does
+            try:
+                signal = coro.throw(exc)
+            except StopIteration as stop:
+                return stop.value
+        else:
+            try:
+                signal = coro.send(sent)
+            except StopIteration as stop:
+                return stop.value
+
+
 def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) -> ToolResult:
     """A handler's return value as a ToolResult: plain JSON data, a ToolResult, a Pending."""
     if isinstance(output, ToolResult):
@@ -268,18 +330,25 @@ def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) ->
     return _json_checked(entry.name, ToolResult.ok(output))
 
 
+_SHAPED = (ToolResult, Pending)  # handler results that are not plain data
+
+
 def _json_checked(name: str, result: ToolResult) -> ToolResult:
     try:
         _encoder.encode(result)  # the LLM reads JSON: refuse what cannot become JSON
     except (TypeError, ValueError, OverflowError) as exc:
-        return ToolResult.fail(
-            ToolErrorInfo(
-                code=ErrorCode.E_TOOL_BAD_OUTPUT,
-                name=type(exc).__name__,
-                message=f"Tool '{name}' returned a value that is not JSON: {exc}",
-            )
-        )
+        return _not_json(name, exc)
     return result
+
+
+def _not_json(name: str, exc: Exception) -> ToolResult:
+    return ToolResult.fail(
+        ToolErrorInfo(
+            code=ErrorCode.E_TOOL_BAD_OUTPUT,
+            name=type(exc).__name__,
+            message=f"Tool '{name}' returned a value that is not JSON: {exc}",
+        )
+    )
 
 
 async def execute_tool_call(

@@ -90,7 +90,7 @@ def make_entry(
     if not callable(handler):
         raise ValueError(f"the handler of '{name}' is not callable")
     try:
-        validator = fastjsonschema.compile(parameters)
+        validator = quick_validator(parameters, fastjsonschema.compile(parameters))
     except Exception as exc:  # fastjsonschema raises assorted errors for malformed schemas
         raise ValueError(f"'{name}' has an invalid parameters schema: {exc}") from None
     resource, _, export = name.partition(TOOL_SEPARATOR)
@@ -111,10 +111,81 @@ def make_entry(
     )
 
 
+# JSON Schema types and the Python types decoded JSON has for them, for `quick_validator`:
+# a value of one of these types is always valid for the type (bool is not an int here).
+_EXACT_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
+}
+_NOTES = {"description", "title"}  # keywords that constrain nothing
+
+
+def quick_validator(schema: Any, compiled: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`compiled`, preceded by a quicker check when `schema` is a flat object schema (only
+    typed properties, `required` and `additionalProperties: false`, as most tools declare).
+
+    The quick check accepts only arguments that `compiled` accepts unchanged (no defaults
+    to fill in), and hands everything else to `compiled`, so errors and results are the
+    compiled validator's own; it skips the generic code's sets and per-keyword branches."""
+    plan = _flat_object(schema)
+    if plan is None:
+        return compiled
+    types, required, closed = plan
+
+    def validate(data: Any) -> Any:
+        if type(data) is dict and data.keys() >= required:
+            for key, value in data.items():
+                expected = types.get(key)
+                if expected is None:
+                    if closed:
+                        break
+                elif type(value) not in expected:
+                    break
+            else:
+                return data
+        return compiled(data)
+
+    return validate
+
+
+def _flat_object(
+    schema: Any,
+) -> tuple[dict[str, tuple[type, ...]], frozenset[str], bool] | None:
+    """(types by property, required names, whether other properties are refused), or None
+    when the schema says anything more."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return None
+    if not set(schema) <= {"type", "properties", "required", "additionalProperties", *_NOTES}:
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    additional = schema.get("additionalProperties", True)
+    if not isinstance(properties, dict) or not isinstance(additional, bool):
+        return None
+    if not isinstance(required, list) or not all(isinstance(n, str) for n in required):
+        return None
+    types: dict[str, tuple[type, ...]] = {}
+    for key, sub in properties.items():
+        if not isinstance(sub, dict) or not set(sub) <= {"type", *_NOTES}:
+            return None
+        declared = sub.get("type")
+        names: list[Any] = declared if isinstance(declared, list) else [declared]
+        if not names or not all(isinstance(n, str) and n in _EXACT_TYPES for n in names):
+            return None
+        types[key] = tuple(t for n in names for t in _EXACT_TYPES[n])
+    return types, frozenset(required), not additional
+
+
 class ToolRegistry:
     def __init__(self, entries: list[ToolEntry]) -> None:
         self._config = {entry.name: entry for entry in entries if entry.source == "config"}
         self._dynamic = {entry.name: entry for entry in entries if entry.source != "config"}
+        self._by_name = self._merged()  # what `get` reads: one lookup per call
         self.version = 0  # bumped on every change, so a cached catalog knows to rebuild
         # Catalog refreshes under way (an MCP server's `list_changed`): the next step waits
         # for them, so it offers the new list.
@@ -143,6 +214,7 @@ class ToolRegistry:
         if not placed:
             merged.update((e.name, e) for e in entries)
         self._config = merged
+        self._by_name = self._merged()
         self.version += 1
 
     async def settle(self, timeout_s: float = 10.0) -> None:
@@ -157,12 +229,15 @@ class ToolRegistry:
         if entry.name in self._config:
             return False
         self._dynamic[entry.name] = entry
+        self._by_name = self._merged()
         self.version += 1
         return True
 
+    def _merged(self) -> dict[str, ToolEntry]:
+        return {**self._dynamic, **self._config}  # a config tool wins over a same-named other
+
     def get(self, name: str) -> ToolEntry | None:
-        entry = self._config.get(name)
-        return entry if entry is not None else self._dynamic.get(name)
+        return self._by_name.get(name)
 
     def names(self) -> list[str]:
         return [*self._config, *(n for n in self._dynamic if n not in self._config)]

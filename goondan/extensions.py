@@ -399,7 +399,10 @@ class ToolCallMiddlewareContext(_Onion[ToolResult]):
         tool_call_id: str,
         args: dict[str, Any],
     ) -> None:
-        super().__init__(layers)
+        # `_Onion.__init__`'s three fields set here: one call less on every tool call.
+        self._layers = layers
+        self._depth = 0
+        self._nexted = 0
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.turn_id = turn_id

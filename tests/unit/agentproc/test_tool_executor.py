@@ -1,6 +1,7 @@
 """The executor's rules: errors are data, in the order of the spec."""
 
 import asyncio
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -447,3 +448,177 @@ def test_tool_names_are_checked_when_registered():
             make_entry(bad, "d", SCHEMA, lambda c, a: 1)
     with pytest.raises(ValueError, match="invalid parameters schema"):
         make_entry("a__b", "d", {"type": "object", "properties": 3}, lambda c, a: 1)
+
+
+# -- the quick paths: the same answers as the general ones ------------------------------------
+
+FLAT = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["n", "s"],
+    "properties": {
+        "n": {"type": "integer", "description": "a count"},
+        "s": {"type": "string"},
+        "x": {"type": "number"},
+        "b": {"type": "boolean"},
+        "z": {"type": ["string", "null"]},
+        "o": {"type": "object"},
+        "a": {"type": "array"},
+    },
+}
+OPEN = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+VALUES = [
+    {"n": 1, "s": "a"},
+    {"n": 1, "s": "a", "x": 1.5, "b": True, "z": None, "o": {"k": 1}, "a": [1, "2"]},
+    {"n": 1, "s": "a", "x": 2, "z": "z"},
+    {"n": 3.0, "s": "a"},  # a whole float is an integer to JSON Schema
+    {"n": True, "s": "a"},  # a bool is not
+    {"n": "1", "s": "a"},
+    {"n": 1},
+    {},
+    {"n": 1, "s": "a", "extra": 1},
+    {"n": 1, "s": "a", "b": 0},
+    {"n": 1, "s": "a", "z": 1},
+    {"n": 1, "s": "a", "a": (1, 2)},
+    [1],
+    "text",
+    None,
+]
+
+
+def outcome(validate, value):
+    data = copy.deepcopy(value)
+    try:
+        returned = validate(data)
+    except fastjsonschema.JsonSchemaValueException as exc:
+        return ("error", exc.message, exc.rule, data)
+    return ("ok", returned is data, data)
+
+
+@pytest.mark.parametrize("schema", [FLAT, OPEN, SCHEMA, {**OPEN, "additionalProperties": True}])
+@pytest.mark.parametrize("value", VALUES)
+def test_the_quick_validator_answers_as_the_compiled_one(schema, value):
+    from agentproc.tool_registry import quick_validator
+
+    compiled = fastjsonschema.compile(schema)
+    assert outcome(quick_validator(schema, compiled), value) == outcome(compiled, value)
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        SCHEMA,  # an enum
+        {**OPEN, "properties": {"n": {"type": "integer", "default": 3}}},  # fills in data
+        {**OPEN, "properties": {"n": {"type": "integer", "minimum": 0}}},
+        {**OPEN, "additionalProperties": {"type": "string"}},
+        {**OPEN, "$schema": "http://json-schema.org/draft-04/schema#"},
+        {"type": "object", "properties": {"n": {}}},
+        {"properties": {"n": {"type": "integer"}}},
+    ],
+)
+def test_schemas_saying_more_keep_the_compiled_validator_alone(schema):
+    from agentproc.tool_registry import quick_validator
+
+    compiled = fastjsonschema.compile(schema)
+    assert quick_validator(schema, compiled) is compiled
+
+
+async def test_a_handler_that_waits_on_the_loop_runs_to_its_end():
+    seen: list[str] = []
+
+    async def waits(ctx, args):
+        for step in range(3):
+            await asyncio.sleep(0)
+            seen.append(f"step {step}")
+        fut = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_later(0.01, fut.set_result, "late")
+        return {"got": await fut, "x": args["x"]}
+
+    async def fails_later(ctx, args):
+        await asyncio.sleep(0.005)
+        raise ToolError("broke after waiting")
+
+    executor = ToolExecutor(ToolRegistry([make("m__w", waits), make("m__f", fails_later)]))
+    result = await invoke(executor, "m__w", {"x": 7})
+    assert result.status == "ok" and result.output == {"got": "late", "x": 7}
+    assert seen == ["step 0", "step 1", "step 2"]
+    failed = await invoke(executor, "m__f", {"x": 1})
+    assert failed.error.code == "E_TOOL" and failed.error.message == "broke after waiting"
+    assert len(executor._deadlines) == 0  # every watched call ended
+
+
+async def test_the_deadline_counts_from_the_call_start_not_from_the_first_wait():
+    import time as _time
+
+    async def busy_then_waits(ctx, args):
+        _time.sleep(0.08)  # past its 30 ms before it first waits on the loop
+        await asyncio.sleep(2)
+        return "late"
+
+    async def busy_only(ctx, args):
+        _time.sleep(0.08)  # no wait on the loop: no timer can fire, as with `await`
+        return "done"
+
+    registry = ToolRegistry(
+        [make("m__w", busy_then_waits, timeout_ms=30), make("m__b", busy_only, timeout_ms=30)]
+    )
+    executor = ToolExecutor(registry)
+    started = _time.monotonic()
+    result = await invoke(executor, "m__w", {"x": 1})
+    assert result.error.code == "E_TOOL_TIMEOUT"
+    assert _time.monotonic() - started < 1.5 and result.details["elapsedMs"] >= 80
+    assert (await invoke(executor, "m__b", {"x": 1})).output == "done"
+
+
+async def test_a_cancel_reaches_a_waiting_handler_which_may_answer_anyway():
+    entered = asyncio.Event()
+    told: list[bool] = []
+
+    async def stubborn(ctx, args):
+        entered.set()
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            told.append(ctx.cancelled)
+            await asyncio.sleep(0)  # still allowed to wait while winding down
+            return "wound down"
+        return "slept"
+
+    executor = ToolExecutor(ToolRegistry([make("m__s", stubborn)]))
+    call = asyncio.ensure_future(invoke(executor, "m__s", {"x": 1}))
+    await entered.wait()
+    call.cancel()
+    result = await call  # the handler swallowed the cancel: its answer stands, as with await
+    assert result.output == "wound down" and told == [False]
+
+
+async def test_a_cancelled_error_raised_before_any_wait_marks_the_context():
+    contexts: list[ToolContext] = []
+
+    async def gives_up(ctx, args):
+        contexts.append(ctx)
+        raise asyncio.CancelledError
+
+    executor = ToolExecutor(ToolRegistry([make("m__g", gives_up)]))
+    with pytest.raises(asyncio.CancelledError):
+        await invoke(executor, "m__g", {"x": 1})
+    assert contexts[0].cancelled
+
+
+def test_registry_lookup_follows_registrations_and_replaced_groups():
+    async def one(ctx, args):
+        return 1
+
+    async def two(ctx, args):
+        return 2
+
+    config = make("m__a", one)
+    registry = ToolRegistry([config])
+    extension = msgspec.structs.replace(make("m__a", two), source="extension")
+    assert registry.register(extension) is False and registry.get("m__a") is config
+    added = msgspec.structs.replace(make("e__b", two), source="extension")
+    assert registry.register(added) and registry.get("e__b") is added
+    replaced = make("m__c", two)
+    registry.replace_group("m", [replaced])
+    assert registry.get("m__a") is None and registry.get("m__c") is replaced
+    assert registry.get("e__b") is added and registry.names() == ["m__c", "e__b"]
