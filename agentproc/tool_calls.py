@@ -221,16 +221,16 @@ def _call_ctx(
     args: dict[str, Any],
 ) -> CallCtx:
     run = step.run
-    ctx = CallCtx(
+    ctx = CallCtx(  # positional: keywords to a class cost a dict per call
         run.agent.pipeline.chain("toolCall", _call_core),
-        agent_name=run.agent.name,
-        instance_key=run.input.instance_key,
-        turn_id=run.turn_id,
-        trace_id=run.input.trace_id,
-        step_index=step.step_index,
-        tool_name=call.name,
-        tool_call_id=call.id,
-        args=args,
+        run.agent.name,
+        run.input.instance_key,
+        run.turn_id,
+        run.input.trace_id,
+        step.step_index,
+        call.name,
+        call.id,
+        args,
     )
     ctx.run, ctx.call, ctx.assistant = run, call, assistant
     ctx.span, ctx.step_span, ctx.catalog_names = span, step.span, names

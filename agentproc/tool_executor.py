@@ -169,12 +169,11 @@ class ToolExecutor:
             return ToolResult.fail(error_info(exc, entry.error_message_limit))
         if isinstance(output, _SHAPED):
             return shape_output(entry, output, submit)
-        result = ToolResult("ok", output)  # plain data, by far the most common: shaped here
-        try:
-            _encoder.encode(result)  # the LLM reads JSON: refuse what cannot become JSON
+        try:  # plain data, by far the most common, is shaped here
+            _encoder.encode(output)  # the LLM reads JSON: refuse what cannot become JSON
         except (TypeError, ValueError, OverflowError) as exc:
             return _not_json(entry.name, exc)
-        return result
+        return ToolResult("ok", output)
 
     def _lock(self, name: str) -> asyncio.Lock:
         lock = self._locks.get(name)

@@ -120,16 +120,9 @@ async def _measure(registry: Any, call: Any, ctx: Any, handler: Any, n: int, rep
     layers = pipeline.chain("toolCall", core)
 
     async def dispatch() -> Any:
+        # Positional, as the loop builds it (`agentproc.tool_calls._call_ctx`).
         mw_call = ToolCallMiddlewareContext(
-            layers,
-            agent_name="a",
-            instance_key="bench",
-            turn_id="t1",
-            trace_id="0" * 32,
-            step_index=0,
-            tool_name=call.name,
-            tool_call_id=call.id,
-            args={"n": 1},
+            layers, "a", "bench", "t1", "0" * 32, 0, call.name, call.id, {"n": 1}
         )
         return await mw_call._start()
 

@@ -247,8 +247,10 @@ class _Onion(Generic[R]):
 
     def __init__(self, layers: tuple[Layer, ...]) -> None:
         self._layers = layers
-        self._depth = 0
-        self._nexted = 0  # bit i: layer i has called next()
+        self._depth = 0  # the layer running now, whose next() call comes next
+        # Layers 0 .. _nexted - 1 have called next(): always a prefix, since layer i runs
+        # only through layer i - 1's next().
+        self._nexted = 0
 
     def _start(self) -> Awaitable[R]:
         """The runtime's entry into the outermost layer."""
@@ -257,12 +259,10 @@ class _Onion(Generic[R]):
     async def next(self) -> R:
         """Run the inner layers (and finally the core) and return their result."""
         depth = self._depth
-        bit = 1 << depth
-        if self._nexted & bit:
+        if depth < self._nexted:
             name = getattr(self._layers[depth], "__qualname__", repr(self._layers[depth]))
             raise MiddlewareError(f"middleware {name} called ctx.next() more than once")
-        self._nexted |= bit
-        self._depth = depth + 1
+        self._nexted = self._depth = depth + 1
         try:
             result: R = await self._layers[depth + 1](self)
             return result
@@ -389,7 +389,6 @@ class ToolCallMiddlewareContext(_Onion[ToolResult]):
     def __init__(
         self,
         layers: tuple[Layer, ...],
-        *,
         agent_name: str,
         instance_key: str,
         turn_id: str,
@@ -399,7 +398,8 @@ class ToolCallMiddlewareContext(_Onion[ToolResult]):
         tool_call_id: str,
         args: dict[str, Any],
     ) -> None:
-        # `_Onion.__init__`'s three fields set here: one call less on every tool call.
+        # Built for every tool call, so: positional parameters (a class called with keywords
+        # builds a dict of them first), and `_Onion.__init__`'s fields set here.
         self._layers = layers
         self._depth = 0
         self._nexted = 0
