@@ -128,7 +128,6 @@ class ToolExecutor:
             problem = _describe(entry.parameters, args, exc)
             return invalid_args(name, problem, entry.parameters, entry.error_message_limit)
         ctx = make_context()
-        timeout_ms = entry.timeout_ms or self.default_timeout_ms
         started = time.monotonic()
         try:
             if entry.is_async and not entry.sequential:
@@ -144,15 +143,17 @@ class ToolExecutor:
                     ctx._cancel()
                     raise
                 else:
-                    output = await self._wait(coro, signal, ctx, started + timeout_ms / 1000)
+                    when = started + self._timeout_ms(entry) / 1000
+                    output = await self._wait(coro, signal, ctx, when)
             else:
                 lock = self._lock(entry.name) if entry.sequential else None
                 if lock is not None:
                     async with lock:
-                        output = await self._run(entry, args, ctx, timeout_ms)
+                        output = await self._run(entry, args, ctx, self._timeout_ms(entry))
                 else:
-                    output = await self._run(entry, args, ctx, timeout_ms)
+                    output = await self._run(entry, args, ctx, self._timeout_ms(entry))
         except TimeoutError:
+            timeout_ms = self._timeout_ms(entry)
             return ToolResult.fail(
                 ToolErrorInfo(
                     code=ErrorCode.E_TOOL_TIMEOUT,
@@ -174,6 +175,9 @@ class ToolExecutor:
         except (TypeError, ValueError, OverflowError) as exc:
             return _not_json(entry.name, exc)
         return ToolResult("ok", output)
+
+    def _timeout_ms(self, entry: ToolEntry) -> int:
+        return entry.timeout_ms or self.default_timeout_ms
 
     def _lock(self, name: str) -> asyncio.Lock:
         lock = self._locks.get(name)

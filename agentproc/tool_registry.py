@@ -136,6 +136,20 @@ def quick_validator(schema: Any, compiled: Callable[[Any], Any]) -> Callable[[An
     if plan is None:
         return compiled
     types, required, closed = plan
+    if closed and required == types.keys():
+        count = len(types)
+
+        def validate_exact(data: Any) -> Any:
+            # Exactly the declared properties: as many keys, each one of them, well typed.
+            if type(data) is dict and len(data) == count:
+                for key, value in data.items():
+                    if type(value) not in types.get(key, ()):
+                        break
+                else:
+                    return data
+            return compiled(data)
+
+        return validate_exact
 
     def validate(data: Any) -> Any:
         if type(data) is dict and data.keys() >= required:

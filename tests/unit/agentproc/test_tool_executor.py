@@ -467,6 +467,12 @@ FLAT = {
     },
 }
 OPEN = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
+EXACT = {  # closed, every property required
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["s", "n"],
+    "properties": {"n": {"type": "integer"}, "s": {"type": "string"}},
+}
 VALUES = [
     {"n": 1, "s": "a"},
     {"n": 1, "s": "a", "x": 1.5, "b": True, "z": None, "o": {"k": 1}, "a": [1, "2"]},
@@ -477,6 +483,7 @@ VALUES = [
     {"n": 1},
     {},
     {"n": 1, "s": "a", "extra": 1},
+    {"n": 1, "extra": "a"},
     {"n": 1, "s": "a", "b": 0},
     {"n": 1, "s": "a", "z": 1},
     {"n": 1, "s": "a", "a": (1, 2)},
@@ -495,7 +502,9 @@ def outcome(validate, value):
     return ("ok", returned is data, data)
 
 
-@pytest.mark.parametrize("schema", [FLAT, OPEN, SCHEMA, {**OPEN, "additionalProperties": True}])
+@pytest.mark.parametrize(
+    "schema", [FLAT, OPEN, EXACT, SCHEMA, {**OPEN, "additionalProperties": True}]
+)
 @pytest.mark.parametrize("value", VALUES)
 def test_the_quick_validator_answers_as_the_compiled_one(schema, value):
     from agentproc.tool_registry import quick_validator
