@@ -306,17 +306,17 @@ async def _execute(ctx: CallCtx) -> ToolResult:
             loop.call_soon_threadsafe(progress, update)
 
     def make_context() -> ToolContext:
-        return ToolContext(
-            agent_name=agent.name,
-            instance_key=ctx.instance_key,
-            turn_id=ctx.turn_id,
-            trace_id=ctx.trace_id,
-            tool_call_id=ctx.tool_call_id,
-            message=ctx.assistant,
-            workdir=run.workdir,
-            logger=run.log.bind(tool=ctx.tool_name, toolCallId=ctx.tool_call_id),
-            runtime=run.runtime,
-            on_update=on_update,
+        return ToolContext(  # positional: keywords to a class cost a dict per call
+            agent.name,
+            ctx.instance_key,
+            ctx.turn_id,
+            ctx.trace_id,
+            ctx.tool_call_id,
+            ctx.assistant,  # message
+            run.workdir,
+            run.log.bind(tool=ctx.tool_name, toolCallId=ctx.tool_call_id),  # logger
+            run.runtime,
+            on_update,
         )
 
     def submit(pending: Pending, entry: ToolEntry) -> ToolResult:

@@ -7,7 +7,8 @@ trivial async handler loaded the product's way: a generated bundle with one Tool
 through `load_bundle` and `ToolRegistry.from_resources`. Baseline: `await handler(ctx, args)`
 on the same handler with a parsed dict.
 Both run on uvloop in this process, alternating in repetitions; the figure is the median
-repetition's time per call.
+repetition's time per call. Goal: at most 3 us per call over the direct await (issue 31; it
+was 20 us).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from bench.harness import Row, log
 from bench.procs import short_tmpdir
 
 NAME = "dispatch"
-GOAL_US = 20.0
+GOAL_US = 3.0
 
 TOOL = """
 async def noop(ctx, args):

@@ -246,7 +246,6 @@ class ToolContext:
 
     def __init__(
         self,
-        *,
         agent_name: str,
         instance_key: str,
         turn_id: str,
@@ -258,6 +257,8 @@ class ToolContext:
         runtime: AgentRuntime,
         on_update: Callable[[ToolProgress], None] | None = None,
     ) -> None:
+        # Positional too: the runtime builds one per tool call, and a class called with
+        # keywords builds a dict of them first.
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.turn_id = turn_id
