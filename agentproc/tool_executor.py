@@ -18,7 +18,7 @@ import contextlib
 import contextvars
 import time
 import types
-from collections.abc import Callable, Collection, Coroutine, Generator
+from collections.abc import Callable, Collection, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -88,6 +88,7 @@ class ToolExecutor:
         # Timeouts of the calls running now: one watchdog timer, not `asyncio.timeout`'s
         # timer and context objects per call (a third of a trivial call's cost).
         self._deadlines = Deadlines()
+        self._runner: Runner | None = None  # an idle one, kept between calls
 
     def close(self) -> None:
         if self._pool is not None:
@@ -134,17 +135,18 @@ class ToolExecutor:
                 # The handler's first stretch runs right here: until it waits on the loop no
                 # deadline can pass, so most calls (which never wait) arm none, and a call
                 # that waits is watched from `started` as before.
-                coro = entry.handler(ctx, args)
+                runner = self._runner or _new_runner()
+                self._runner = None  # in use: a first stretch may call tools too
                 try:
-                    signal = coro.send(None)
-                except StopIteration as stop:
-                    output = stop.value
+                    signal = runner[0].send(entry.handler(ctx, args))
                 except asyncio.CancelledError:
                     ctx._cancel()
                     raise
-                else:
+                if signal is not runner[1]:  # it waits
                     when = started + self._timeout_ms(entry) / 1000
-                    output = await self._wait(coro, signal, ctx, when)
+                    await self._wait(runner, signal, ctx, when)
+                output = runner[1].pop()
+                self._runner = runner
             else:
                 lock = self._lock(entry.name) if entry.sequential else None
                 if lock is not None:
@@ -185,9 +187,7 @@ class ToolExecutor:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
-    async def _wait(
-        self, coro: Coroutine[Any, Any, Any], signal: Any, ctx: ToolContext, when: float
-    ) -> Any:
+    async def _wait(self, runner: Runner, signal: Any, ctx: ToolContext, when: float) -> None:
         """The rest of an async handler that waited on the loop (it yielded `signal`), under
         its deadline `when`; TimeoutError past it."""
         task = asyncio.current_task()
@@ -195,7 +195,7 @@ class ToolExecutor:
         cancelling = task.cancelling()
         watched = self._deadlines.watch(task, when)
         try:
-            return await _resume(coro, signal)
+            await _resume(runner, signal)
         except asyncio.CancelledError:
             ctx._cancel()
             if watched.expired and task.uncancel() <= cancelling:
@@ -288,26 +288,45 @@ class ToolExecutor:
         future.add_done_callback(done)
 
 
+Runner = tuple[Generator[Any, Any, None], list[Any]]
+"""A generator that runs the handler coroutines sent to it, and the list it yields when one
+has returned, holding its result."""
+
+
+def _new_runner() -> Runner:
+    done: list[Any] = []
+    runner = _run_handlers(done)
+    runner.send(None)
+    return runner, done
+
+
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], signal: Any) -> Generator[Any, Any, Any]:
-    """Finish `coro`, which ran up to its first wait (it yielded `signal`), as `await coro`
-    would have: what the task sends or throws in (a cancel) goes on to the coroutine."""
+def _run_handlers(done: list[Any]) -> Generator[Any, Any, None]:
+    """Kept between calls, runs each handler coroutine sent to it with `yield from`: exactly
+    what `await` does, and unlike `coro.send` it learns the return value without a
+    StopIteration. Until a handler returns, what it yields (it waits) comes out of `send`;
+    its exception ends the runner."""
+    coro = yield
     while True:
+        done.append((yield from coro))
+        coro = yield done
+
+
+@types.coroutine
+def _resume(runner: Runner, signal: Any) -> Generator[Any, Any, None]:
+    """Drive `runner`, whose handler waits (it yielded `signal`), until the handler returns:
+    what the task sends or throws in (a cancel) goes on to it, as with `await`."""
+    gen, done = runner
+    while signal is not done:
         try:
             sent = yield signal
         except GeneratorExit:
-            coro.close()
+            gen.close()
             raise
         except BaseException as exc:  # noqa: BLE001 - handed on, as `await` does
-            try:
-                signal = coro.throw(exc)
-            except StopIteration as stop:
-                return stop.value
+            signal = gen.throw(exc)
         else:
-            try:
-                signal = coro.send(sent)
-            except StopIteration as stop:
-                return stop.value
+            signal = gen.send(sent)
 
 
 def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) -> ToolResult:

@@ -631,3 +631,62 @@ def test_registry_lookup_follows_registrations_and_replaced_groups():
     registry.replace_group("m", [replaced])
     assert registry.get("m__a") is None and registry.get("m__c") is replaced
     assert registry.get("e__b") is added and registry.names() == ["m__c", "e__b"]
+
+
+async def test_calls_that_raise_return_wait_and_nest_each_get_their_own_answer():
+    executor: ToolExecutor
+
+    async def fine(ctx, args):
+        return {"x": args["x"]}
+
+    async def raises(ctx, args):
+        raise ToolError(f"no {args['x']}")
+
+    async def waits(ctx, args):
+        await asyncio.sleep(0.01)
+        return {"waited": args["x"]}
+
+    async def nests(ctx, args):  # a tool calling tools from its first stretch
+        inner = await invoke(executor, "m__fine", {"x": args["x"] + 1})
+        later = await invoke(executor, "m__waits", {"x": args["x"] + 2})
+        failed = await invoke(executor, "m__raises", {"x": args["x"] + 3})
+        return [inner.output, later.output, failed.error.message]
+
+    executor = ToolExecutor(
+        ToolRegistry([make(f"m__{f.__name__}", f) for f in (fine, raises, waits, nests)])
+    )
+    for _ in range(2):
+        assert (await invoke(executor, "m__raises", {"x": 1})).error.message == "no 1"
+        assert (await invoke(executor, "m__fine", {"x": 2})).output == {"x": 2}
+    both = await asyncio.gather(
+        invoke(executor, "m__waits", {"x": 3}),
+        invoke(executor, "m__nests", {"x": 10}),
+        invoke(executor, "m__fine", {"x": 4}),
+        invoke(executor, "m__waits", {"x": 5}),
+    )
+    assert [r.output for r in both] == [
+        {"waited": 3},
+        [{"x": 11}, {"waited": 12}, "no 13"],
+        {"x": 4},
+        {"waited": 5},
+    ]
+    assert (await invoke(executor, "m__nests", {"x": 0})).output[2] == "no 3"
+
+
+async def test_the_executor_keeps_no_reference_to_a_result():
+    import gc
+    import weakref
+
+    class Output(dict[str, Any]):
+        pass
+
+    async def returns(ctx, args):
+        return Output(x=args["x"])
+
+    executor = ToolExecutor(ToolRegistry([make("m__r", returns)]))
+    result = await invoke(executor, "m__r", {"x": 1})
+    assert result.output == {"x": 1}
+    gone = weakref.ref(result.output)
+    del result
+    gc.collect()
+    assert gone() is None
