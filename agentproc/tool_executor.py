@@ -85,8 +85,8 @@ class ToolExecutor:
         self.abandoned: dict[str, int] = {}
         self._log = structlog.get_logger()
         self._locks: dict[str, asyncio.Lock] = {}  # one per sequential tool, process-wide
-        # Timeouts of the calls running now: one watchdog timer, not `asyncio.timeout`'s
-        # timer and context objects per call (a third of a trivial call's cost).
+        # Timeouts of the calls waiting on the loop now: one watchdog timer, not
+        # `asyncio.timeout`'s timer and context objects per call.
         self._deadlines = Deadlines()
         self._runner: Runner | None = None  # an idle one, kept between calls
 
