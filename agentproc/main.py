@@ -143,13 +143,15 @@ async def build_definition(
         if mcp is not None:
             await mcp.aclose()
         raise StartError(str(exc)) from None
-    names = sorted(agents)
+    # Tuples, shared with the template where they can be: each turn's context takes them as
+    # they are, and a forked agent copies no page of the bundle to list its swarm.
+    names = bundle.swarm_agent_names(swarm)
     catalog = {
         "swarmName": swarm.name,
         "entryAgent": bundle.entry_agent(swarm),
         "selfAgent": agent.name,
         "availableAgents": names,
-        "callableAgents": [n for n in names if n != agent.name],
+        "callableAgents": tuple(n for n in names if n != agent.name),
     }
     return definition, catalog
 

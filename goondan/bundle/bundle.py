@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from goondan.bundle import codes
@@ -48,6 +49,14 @@ class Bundle:
             if r.kind == "Package" and isinstance(r.spec, PackageSpec)
         }
         self.dependencies: tuple[str, ...] = self._depends.get(LOCAL_SCOPE, ())
+        # Views an agent process asks for at start, made once: a forked agent that walked
+        # every resource would copy the template's pages it touched (a 1,000-agent bundle's
+        # resources are megabytes), so it finds them here, built before the fork (`prime`).
+        self._by_kind: dict[str, list[Resource]] = {}
+        for r in resources:
+            self._by_kind.setdefault(r.kind, []).append(r)
+        self._swarm_agents: dict[tuple[str, str], Mapping[str, Resource]] = {}
+        self._swarm_names: dict[tuple[str, str], tuple[str, ...]] = {}
 
     def find(self, ref: ObjectRef, from_package: str = LOCAL_SCOPE) -> Resource | None:
         """Resolve a reference: its own `package`, else the referrer's scope, else the local one,
@@ -70,7 +79,7 @@ class Bundle:
         return hit
 
     def of_kind(self, kind: str) -> list[Resource]:
-        return [r for r in self.resources if r.kind == kind]
+        return list(self._by_kind.get(kind, ()))
 
     def local(self, kind: str, name: str) -> Resource | None:
         return self._index.get((LOCAL_SCOPE, kind, name))
@@ -102,11 +111,35 @@ class Bundle:
         names = ", ".join(s.name for s in swarms)
         raise LookupError(f"{self.root} declares several swarms ({names}): pick one with --swarm")
 
-    def swarm_agents(self, swarm: Resource) -> dict[str, Resource]:
-        """Agent name -> Agent resource, in the order the swarm lists them."""
-        spec: SwarmSpec = swarm.spec
-        agents = (self.resolve(item.ref, swarm.package) for item in spec.agents)
-        return {agent.name: agent for agent in agents}
+    def swarm_agents(self, swarm: Resource) -> Mapping[str, Resource]:
+        """Agent name -> Agent resource, in the order the swarm lists them (made once per
+        swarm and shared: do not change it)."""
+        key = (swarm.package, swarm.name)
+        found = self._swarm_agents.get(key)
+        if found is None:
+            spec: SwarmSpec = swarm.spec
+            agents = (self.resolve(item.ref, swarm.package) for item in spec.agents)
+            found = self._swarm_agents[key] = {agent.name: agent for agent in agents}
+        return found
+
+    def swarm_agent_names(self, swarm: Resource) -> tuple[str, ...]:
+        """The swarm's agents' names, sorted (made once per swarm).
+
+        New string objects, made together: the names inside the resources lie one on each of
+        their pages, so an agent process that read them all would copy those pages."""
+        key = (swarm.package, swarm.name)
+        found = self._swarm_names.get(key)
+        if found is None:
+            names = sorted(self.swarm_agents(swarm))
+            found = self._swarm_names[key] = tuple(n.encode().decode() for n in names)
+        return found
+
+    def prime(self) -> None:
+        """Make the views agent processes ask for (each local swarm's agents and their names)
+        now, in the process they are forked from. Only for a loaded (validated) bundle."""
+        for swarm in self.of_kind("Swarm"):
+            if swarm.package == LOCAL_SCOPE:
+                self.swarm_agent_names(swarm)
 
     def entry_agent(self, swarm: Resource) -> str:
         spec: SwarmSpec = swarm.spec

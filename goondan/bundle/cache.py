@@ -30,6 +30,7 @@ def load_bundle_cached(path: str | Path) -> Bundle:
         if packages is not None and hit[0] == own + packages:
             return hit[1]
     bundle = load_bundle(path)
+    bundle.prime()  # in the template, before its agents are forked from it
     # The bundle's own files are signed before loading, so an edit made meanwhile reloads.
     packages = _packages_signature(bundle)
     if own is not None and packages is not None:
