@@ -2,8 +2,11 @@
 table (stdout), write `bench/results.json` and the pictures (`docs/img/bench/*.png`, see
 `bench/plots.py`). Progress goes to stderr.
 
-Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, touch, durability,
-coldstart, otel, ray, frontdoor.
+Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, scale1000, touch,
+durability, coldstart, otel, ray, frontdoor.
+
+Exits 1 when a correctness check failed (a scale run lost a delegate or got a wrong answer),
+after writing the table and results.json.
 """
 
 from __future__ import annotations
@@ -20,7 +23,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench.harness import Row, describe_machine, failed_row, log, machine, render_table
+from bench.harness import (
+    Row,
+    describe_machine,
+    failed_row,
+    fmt,
+    log,
+    machine,
+    render_table,
+)
 from bench.procs import QUIET_FILE_CREATE_US
 
 FIGURES = {
@@ -31,6 +42,7 @@ FIGURES = {
     "crash": "bench.fig_crash",
     "dispatch": "bench.fig_dispatch",
     "scale": "bench.fig_scale",
+    "scale1000": "bench.fig_scale1000",
     "touch": "bench.fig_touch",
     "durability": "bench.fig_durability",
     "coldstart": "bench.fig_coldstart",
@@ -45,7 +57,8 @@ GOALS = {
     "memory": "<= 10 MiB",
     "crash": "<= 50 ms",
     "dispatch": "overhead <= 20 us",
-    "scale": "0 lost, p99 <= 50 ms",
+    "scale": "0 lost, p99 <= 1.25x bare",
+    "scale1000": "0 lost, p99 <= 1.3x bare, idle PSS <= 7 MiB",
     "touch": "(diagnostic)",
     "durability": "(reported)",
     "coldstart": "<= 0.5 s",
@@ -115,7 +128,10 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         except Exception as exc:  # one broken figure must not hide the others
             traceback.print_exc(file=sys.stderr)
-            rows.append(failed_row(name, f"not measured: {type(exc).__name__}: {exc}", GOALS[name]))
+            row = failed_row(name, f"not measured: {type(exc).__name__}: {exc}", GOALS[name])
+            # A scale run that broke off may have lost delegates: fail loudly, as a loss does.
+            row.correctness = name in ("scale", "scale1000")
+            rows.append(row)
         timings[name] = round(time.monotonic() - t0, 1)
     info["loadavgEnd"] = os.getloadavg()[0]
     info["seconds"] = round(time.monotonic() - started, 1)
@@ -135,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     log(f"wrote {args.json}")
     _plots(results)
-    return 0
+    broken = [r for r in rows if r.correctness and r.met is not True]
+    for row in broken:
+        log(f"FAILED: {row.figure}: {fmt(row.product, row.unit)} (goal {row.goal}) {row.note}")
+    return 1 if broken else 0
 
 
 def _plots(results: dict[str, Any]) -> None:

@@ -13,9 +13,10 @@ import contextlib
 import gc
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
 import zmq
 
 from bench import wire
@@ -34,6 +35,39 @@ class WaveResult:
     ok: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     lost: int = 0  # never answered within the timeout
+    wrong: list[str] = field(default_factory=list)  # the first few answers that were not right
+
+
+class ResultBody(msgspec.Struct, rename="camel"):
+    """What the bench checks of a `delegate_result` payload's content."""
+
+    status: str = ""
+    target: str = ""
+    response: str | None = None
+    instance_key: str | None = None
+
+
+# An answer's expected content: (the agent that answers, or None for any; its text; the
+# conversation, or None for any).
+Expect = tuple[str | None, str, str | None]
+WRONG_ANSWER = "WRONG_ANSWER"  # answered `ok`, but not with what the request asked for
+_body_decoder = msgspec.msgpack.Decoder(ResultBody)
+
+
+def _mismatch(payload: msgspec.Raw, expect: Expect) -> str:
+    """'' when the answer says what `expect` says, else what differs."""
+    try:
+        body = _body_decoder.decode(payload)
+    except msgspec.DecodeError as exc:
+        return f"undecodable result: {exc}"
+    target, text, key = expect
+    if body.response != text:
+        return f"response {body.response!r}, expected {text!r}"
+    if target is not None and body.target != target:
+        return f"target {body.target!r}, expected {target!r}"
+    if key is not None and body.instance_key != key:
+        return f"instance key {body.instance_key!r}, expected {key!r}"
+    return ""
 
 
 WAIT_S = 0.25  # the longest a receive blocks before the driver heartbeats and looks at the time
@@ -150,12 +184,21 @@ class Driver:
         return latencies, failures
 
     @_no_gc_pause()
-    def wave(self, requests: list[tuple[str, bytes]], timeout_s: float) -> WaveResult:
-        """Send every request at once, then collect the answers until all came or time is up."""
-        sent: dict[str, float] = {}
-        for target, payload in requests:
+    def wave(
+        self,
+        requests: list[tuple[str, bytes]],
+        timeout_s: float,
+        expected: Sequence[Expect] | None = None,
+    ) -> WaveResult:
+        """Send every request at once, then collect the answers until all came or time is up.
+
+        With `expected` (one per request), an `ok` answer counts only if its content is the
+        expected one; otherwise it is an error answer, `WRONG_ANSWER`. The check runs after
+        the answer's time is taken."""
+        sent: dict[str, tuple[float, int]] = {}
+        for index, (target, payload) in enumerate(requests):
             cid = str(next(self._ids))
-            sent[cid] = time.perf_counter()
+            sent[cid] = (time.perf_counter(), index)
             self.sock.send(wire.delegate(self.identity, target, payload, cid))
         result = WaveResult()
         deadline = time.monotonic() + timeout_s
@@ -163,13 +206,20 @@ class Driver:
             env = self._recv(max(0.0, deadline - time.monotonic()))
             if env is None:
                 break
-            started = sent.pop(env.correlation_id or "", None)
-            if started is None:
+            request = sent.pop(env.correlation_id or "", None)
+            if request is None:
                 continue
+            started, index = request
+            elapsed = time.perf_counter() - started
             head = wire.result_decoder.decode(env.payload)
-            if head.status == "ok":
+            wrong = "" if expected is None else _mismatch(env.payload, expected[index])
+            if head.status == "ok" and wrong:
+                result.errors[WRONG_ANSWER] = result.errors.get(WRONG_ANSWER, 0) + 1
+                if len(result.wrong) < 5:
+                    result.wrong.append(f"{requests[index][0]}: {wrong}")
+            elif head.status == "ok":
                 result.ok += 1
-                result.latencies_s.append(time.perf_counter() - started)
+                result.latencies_s.append(elapsed)
             else:
                 code = head.error.code if head.error else "?"
                 result.errors[code] = result.errors.get(code, 0) + 1

@@ -66,6 +66,9 @@ class Row:
     judge: Callable[[float, float | None, float | None], bool] | None = None
     note: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    # A correctness check (nothing lost, every answer right): when it is not met the bench
+    # says so on stderr and exits non-zero, whatever the timed goals say.
+    correctness: bool = False
 
     @property
     def ratio(self) -> float | None:
