@@ -3,6 +3,7 @@
     python -m bench.bare broker ENDPOINT
     python -m bench.bare agent ENDPOINT NAME --result HEX [--product]
                                [--targets a,b --window W --delegate HEX --warmup S --duration S]
+    python -m bench.bare swarm ENDPOINT PREFIX COUNT --result HEX [--product]
 
 Both do the least that the same job needs, in the pattern `reference/ipc-limits.md` measured as
 the floor: uvloop, the ZeroMQ socket's fd watched with `loop.add_reader`, every waiting message
@@ -21,7 +22,16 @@ The agent talks to its parent over stdin/stdout, one line each: it prints `up` o
 its own is in flight; `stop` (or EOF) makes it print `stats {json}` and exit.
 
 With `--product` an agent connects to the real orchestrator instead: it says the product's
-`ready` first and heartbeats, so the same bare agents measure the orchestrator's routing.
+`ready` first and heartbeats as a product agent does (each second, when it sent nothing else),
+so the same bare agents measure the orchestrator's routing.
+
+`swarm` is COUNT bare agents named PREFIX0, PREFIX1, ... forked from one bare template: the
+template imports what an agent needs (uvloop, zmq, msgspec) and forks the agents, which run the
+same `agent` code as above, their stdout discarded. It prints `up` once every agent is forked
+(connecting is theirs: the bench asks each until it answers) and exits at EOF on its stdin;
+the agents die with it. It is the baseline for the 1,000-agent figure, whose product
+agents are forked from the product's template: a thousand new interpreters would take about a
+minute and several GiB to start, and measure `python` start-up rather than the broker.
 """
 
 from __future__ import annotations
@@ -44,6 +54,7 @@ import zmq
 from bench.wire import Env, encoder, env_decoder, result_decoder
 
 HWM = 200_000
+HEARTBEAT_S = 1.0  # the product agents' `heartbeat_interval_s`
 
 
 def die_with_parent() -> None:
@@ -281,10 +292,17 @@ async def agent(args: argparse.Namespace) -> None:
         from bench.product import heartbeat_frame, ready_frame
 
         beat = heartbeat_frame(name)
+        sent_before = [-1]  # frames sent up to the last tick
 
         def heartbeat() -> None:
-            channel.send([beat])
-            loop.call_later(0.5, heartbeat)
+            # As a product agent does: a heartbeat only when nothing else was sent since the
+            # last tick (any frame says the agent is alive), so 1,000 idle agents do not wake
+            # the orchestrator 1,000 times a second for nothing.
+            sent = stats["answered"] + stats["sent"]
+            if sent == sent_before[0]:
+                channel.send([beat])
+            sent_before[0] = sent
+            loop.call_later(HEARTBEAT_S, heartbeat)
 
         channel.send([ready_frame(name)])
         heartbeat()
@@ -296,6 +314,32 @@ async def agent(args: argparse.Namespace) -> None:
     loop.remove_reader(0)
     channel.close()
     ctx.term()
+
+
+def swarm(args: argparse.Namespace) -> None:
+    """Fork `args.count` agents (see the module doc); returns at EOF on stdin."""
+    import uvloop
+
+    if args.product:  # what `agent` imports for the product's frames, imported once here
+        import bench.product  # noqa: F401
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps them
+    hold_read, hold_write = os.pipe()  # the agents' stdin: EOF once this template is gone
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for i in range(args.count):
+        if os.fork() == 0:
+            try:
+                die_with_parent()
+                os.close(hold_write)
+                os.dup2(hold_read, 0)
+                os.dup2(devnull, 1)
+                args.name = f"{args.prefix}{i}"
+                uvloop.run(agent(args))
+            finally:
+                os._exit(0)
+    os.close(hold_read)
+    # Forked, not necessarily connected: the bench asks each agent until it answers.
+    print("up", flush=True)
+    sys.stdin.read()  # until the bench closes our stdin (or kills us): the agents die with us
 
 
 def main() -> None:
@@ -312,7 +356,7 @@ def main() -> None:
         "--product",
         action="store_true",
         help="talk to the real orchestrator: present its operator key (run/peer.key), say "
-        "`ready` first, then heartbeat every 0.5 s",
+        "`ready` first, then heartbeat each second when it sent nothing else",
     )
     p.add_argument("--targets", help="comma-separated agents to send delegates to")
     p.add_argument("--delegate", help="hex of the delegate payload")
@@ -320,10 +364,19 @@ def main() -> None:
     p.add_argument("--window", type=int, default=1)
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--duration", type=float, default=3.0)
+    p = sub.add_parser("swarm", help="COUNT agents PREFIX0.. forked from one template")
+    p.add_argument("endpoint")
+    p.add_argument("prefix")
+    p.add_argument("count", type=int)
+    p.add_argument("--result", required=True, help="hex of the delegate_result payload")
+    p.add_argument("--product", action="store_true", help="as for `agent`")
+    p.set_defaults(targets=None, delegate=None, forward=None, window=1, warmup=1.0, duration=3.0)
     args = parser.parse_args()
     import uvloop
 
-    if args.role == "broker":
+    if args.role == "swarm":
+        swarm(args)
+    elif args.role == "broker":
         uvloop.run(broker(args.endpoint))
     else:
         uvloop.run(agent(args))

@@ -1,8 +1,9 @@
 """`python -m bench.plots [results.json] [--out DIR]`: draw `make bench`'s pictures as PNGs.
 
 One picture per figure that kept its samples in results.json (a `series` in a row's details,
-naming its figure): the round trip's latency CDF, throughput by agent count, the scale run's
-p50/p99 per wave and the spawn times. `python -m bench` calls `render` at its end.
+naming its figure): the round trip's latency CDF, throughput by agent count, the scale runs'
+p50/p99 per wave (200 agents, and 1,000 in `scale1000.png`) and the spawn times.
+`python -m bench` calls `render` at its end.
 
 The PNGs go to `docs/img/bench/`, a single place: the docs site (mkdocs serves only `docs/`)
 shows them on the performance page, and one copy in git cannot drift from another.
@@ -76,7 +77,7 @@ def _throughput(ax: Any, data: dict[str, Any]) -> None:
     ax.set_title("2 routing throughput by agent count")
 
 
-def _scale(ax: Any, data: dict[str, Any]) -> None:
+def _waves(ax: Any, data: dict[str, Any], title: str, xlabel: str) -> None:
     arms = (
         ("product", "product", PRODUCT),
         ("bare", "bare broker", BASELINE),
@@ -93,9 +94,24 @@ def _scale(ax: Any, data: dict[str, Any]) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("measured wave")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(f"latency in the wave ({data.get('unit', 'ms')})")
-    ax.set_title("7 scale: p50 and p99 of each wave")
+    ax.set_title(title)
+
+
+def _scale(ax: Any, data: dict[str, Any]) -> None:
+    _waves(ax, data, "7 scale: p50 and p99 of each wave", "measured wave")
+
+
+def _scale1000(ax: Any, data: dict[str, Any]) -> None:
+    in_flight = data.get("inFlight", "?")
+    agents = data.get("agents", 1000)
+    _waves(
+        ax,
+        data,
+        f"14 scale, {agents:,} agents: p50 and p99 of each wave",
+        f"measured wave ({in_flight} delegates in flight, a round of waves reaches every agent)",
+    )
 
 
 def _spawn(ax: Any, data: dict[str, Any]) -> None:
@@ -129,6 +145,7 @@ DRAW: dict[str, Callable[[Any, dict[str, Any]], None]] = {
     "roundtrip": _roundtrip,
     "throughput": _throughput,
     "scale": _scale,
+    "scale1000": _scale1000,
     "spawn": _spawn,
 }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from bench.harness import Row, series
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-FIGURES = ("roundtrip", "throughput", "scale", "spawn")
+FIGURES = ("roundtrip", "throughput", "scale", "scale1000", "spawn")
 
 
 def synthetic_results() -> dict[str, object]:
@@ -62,6 +62,23 @@ def synthetic_results() -> dict[str, object]:
                     "unit": "ms",
                     "product": {"p50": [20.0] * 20, "p99": [40.0] * 19 + [None]},
                     "bare": {"p50": [15.0] * 20, "p99": [30.0] * 20},
+                }
+            },
+        ),
+        Row(
+            "14 scale 1,000 agents: lost",
+            "",
+            0,
+            0,
+            details={
+                "series": {
+                    "figure": "scale1000",
+                    "unit": "ms",
+                    "inFlight": 200,
+                    "agents": 1000,
+                    "product": {"p50": [25.0] * 250, "p99": [45.0] * 250},
+                    "bare": {"p50": [20.0] * 250, "p99": [35.0] * 250},
+                    "orchestratorOnly": {"p50": [21.0] * 250, "p99": [36.0] * 250},
                 }
             },
         ),
@@ -119,6 +136,7 @@ def test_import_bench_does_not_load_matplotlib() -> None:
     code = (
         "import sys, bench, bench.__main__, bench.harness, bench.plots\n"
         "import bench.fig_roundtrip, bench.fig_throughput, bench.fig_scale, bench.fig_spawn\n"
+        "import bench.fig_scale1000\n"
         "assert 'matplotlib' not in sys.modules, 'matplotlib imported'\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
