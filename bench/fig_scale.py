@@ -185,7 +185,8 @@ def lost_note(arm: dict[str, Any], planned: int) -> str:
     warm = arm["warmup"]
     note = (
         f"no answer {arm['noAnswer']}, error answers {arm['errorAnswers'] or 0}, "
-        f"lost in warm-up {warm['sent'] - warm['completed']}"
+        f"lost in warm-up {warm['sent'] - warm['completed']}, "
+        f"in the start wave {arm.get('startLost', 0)}"
     )
     if arm["wrongAnswers"]:
         note += f"; wrong answers, e.g. {'; '.join(arm['wrongAnswers'])}"
@@ -220,7 +221,8 @@ def _product(
         result = _waves(drv, names, waves, tag, pids)
         result["startup"] = startup
         # the start wave's answers are checked like the others, and a loss there is a loss
-        result["lost"] += len(names) - first.ok
+        result["startLost"] = len(names) - first.ok
+        result["lost"] += result["startLost"]
         result["wrongAnswers"] = first.wrong + result["wrongAnswers"]
     return result
 

@@ -112,7 +112,8 @@ def _product(names: list[str], rounds: int) -> dict[str, Any]:
         daemon_pss = (pss_kb(daemon.proc.pid) or 0) / 1024
         result = _waves(drv, names, rounds, "product", pids, bare=False)
         result["startup"] = startup
-        result["lost"] += len(names) - first.ok
+        result["startLost"] = len(names) - first.ok
+        result["lost"] += result["startLost"]
         result["wrongAnswers"] = first.wrong + result["wrongAnswers"]
         time.sleep(1.0)
         drv.beat()
