@@ -14,6 +14,13 @@ never in its argv); we answer `{"id": N, "pid": P}` (or `{"id": N, "error": "...
 stdout, and `{"exit": P, "code": C}` when a child ends (C is negative for a signal, like
 `Popen.returncode`). EOF on stdin ends us; the children then die through their parent-death
 signal.
+
+Spares (`Spares`, as Android's USAP pool or a pre-forking server): the configuration's
+`"spares": N` keeps N children forked ahead, each done with what does not depend on which
+agent it becomes and waiting on a pipe for its launch line. A launch hands its line to a spare
+instead of forking (the fork is most of a launch's time in the template), and we fork the next
+spare after answering. Spares are no agents: the orchestrator never hears of one until it is
+given a launch, and one that ends before is not reported.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 # The runtime every agent needs, imported here once so children inherit it.
@@ -61,7 +68,7 @@ def _write(out: int, message: dict[str, Any]) -> None:
     os.write(out, (json.dumps(message) + "\n").encode())
 
 
-def _reap(out: int) -> None:
+def _reap(out: int, spares: Spares) -> None:
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -69,11 +76,13 @@ def _reap(out: int) -> None:
             return
         if pid == 0:
             return
-        _write(out, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
+        if not spares.reaped(pid):
+            _write(out, {"exit": pid, "code": os.waitstatus_to_exitcode(status)})
 
 
-def _child(argv: list[str], credential: str | None, fds: tuple[int, ...]) -> None:
-    """In the forked child: drop the template's plumbing, then become an agent process."""
+def _detach(fds: Iterable[int]) -> None:
+    """In a forked child: drop the template's plumbing (`fds`: the template's pipes and the
+    spares' assignment pipes, none of which a child may keep)."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # stdin becomes /dev/null and stdout goes to stderr (stdout of the daemon is for answers);
@@ -83,6 +92,15 @@ def _child(argv: list[str], credential: str | None, fds: tuple[int, ...]) -> Non
     os.dup2(2, 1)
     for fd in {devnull, *fds} - {0, 1, 2}:
         os.close(fd)
+
+
+def _child(argv: list[str], credential: str | None, fds: Iterable[int]) -> None:
+    """In the forked child: drop the template's plumbing, then become an agent process."""
+    _detach(fds)
+    _become_agent(argv, credential)
+
+
+def _become_agent(argv: list[str], credential: str | None) -> None:
     # Objects inherited from the template stay frozen: collecting them would write to (and
     # so un-share) every page they live on. gc still collects what this agent allocates.
     code = 1
@@ -108,6 +126,138 @@ def _update_environ(changes: dict[str, str | None] | None) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+def _spare(assignment: int, fds: Iterable[int], template: int) -> None:
+    """In a spare: what does not depend on the agent, then wait for the launch line, then
+    become that agent. Never returns into the template's loop."""
+    code = 1
+    try:
+        _detach(fds)
+        die_with_parent(template)
+        set_title("goondan: template spare")
+        request = _read_line(assignment)
+        os.close(assignment)
+        if request is None:  # discarded by the template (or it is gone)
+            code = 0
+        else:
+            # What the agent inherits must be this launch's: its environment changes, its
+            # credential, its argv (the agent's own title comes with them).
+            _update_environ(request.get("env"))
+            _become_agent(request["argv"], request.get("credential"))
+    except BaseException:  # noqa: BLE001 - report and exit; never return into the template
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _read_line(fd: int) -> dict[str, Any] | None:
+    """The one JSON line on `fd`; None at EOF before a whole line."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return None
+        data += chunk
+    message: dict[str, Any] = json.loads(data)
+    return message
+
+
+class Spares:
+    """Children forked ahead of their launch, each waiting on its pipe for a launch line.
+
+    The pool is emptied (each spare killed) when what the children inherit changes (a new
+    configuration, the template warm and frozen) and filled again while no launch waits.
+    A spare that ends before its launch is no agent's exit: not reported; after a few such
+    ends in a row no more are forked and launches fork as they did before."""
+
+    MAX_LOST = 3
+
+    def __init__(self) -> None:
+        self.target = 0
+        self.waiting: list[tuple[int, int]] = []  # (pid, the write end of its pipe), oldest first
+        self.unassigned: set[int] = set()  # spares not given a launch, until reaped
+        self.lost = 0  # spares that ended unassigned in a row
+
+    def fds(self) -> list[int]:
+        return [fd for _, fd in self.waiting]
+
+    def fill(self, template_fds: tuple[int, ...]) -> None:
+        while len(self.waiting) < self.target and self.lost < self.MAX_LOST:
+            read_end, write_end = os.pipe()
+            gc.freeze()  # as before any fork: the template's objects stay out of collections
+            parent = os.getpid()
+            try:
+                pid = os.fork()
+            except OSError:
+                os.close(read_end)
+                os.close(write_end)
+                return
+            if pid == 0:
+                _spare(read_end, (*template_fds, write_end, *self.fds()), parent)
+            os.close(read_end)
+            os.set_blocking(write_end, False)  # a stopped spare must not stop the template
+            self.waiting.append((pid, write_end))
+            self.unassigned.add(pid)
+
+    def assign(self, request: dict[str, Any]) -> int | None:
+        """Hand `request` (a launch line) to a spare; its pid, or None when none took it."""
+        line = (json.dumps(request) + "\n").encode()
+        if len(line) > 65536:  # more than an empty pipe surely holds: fork instead
+            return None
+        while self.waiting:
+            pid, fd = self.waiting.pop(0)
+            try:
+                written = os.write(fd, line)
+            except OSError:  # it has ended (or is ending): it is reaped unreported
+                written = 0
+            finally:
+                os.close(fd)
+            if written == len(line):
+                self.unassigned.discard(pid)
+                self.lost = 0
+                return pid
+            self._kill(pid)
+        return None
+
+    def discard(self) -> None:
+        """What a child inherits has changed: the spares forked before are of no use."""
+        for pid, fd in self.waiting:
+            os.close(fd)
+            self._kill(pid)
+        self.waiting.clear()
+
+    def reaped(self, pid: int) -> bool:
+        """Whether `pid` was a spare (whose end nobody is told of)."""
+        if pid not in self.unassigned:
+            return False
+        self.unassigned.discard(pid)
+        for entry in self.waiting:
+            if entry[0] == pid:  # it ended on its own, before any launch
+                self.waiting.remove(entry)
+                os.close(entry[1])
+                self.lost += 1
+                break
+        return True
+
+    def close(self) -> None:
+        """At the template's end: no spare outlives it, nor is left unreaped."""
+        self.discard()
+        for pid in list(self.unassigned):
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.unassigned.clear()
+
+    @staticmethod
+    def _kill(pid: int) -> None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def warm_up(bundle: str | None) -> None:
@@ -190,6 +340,8 @@ def serve(bundle: str | None = None) -> int:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, _on_sigchld)
     warming = Warming(bundle)
+    spares = Spares()
+    plumbing = (stdin, stdout, wake_r, wake_w)
     _write(stdout, {"ready": os.getpid()})
     buffer = b""
     quiet_since = time.monotonic()
@@ -207,19 +359,22 @@ def serve(bundle: str | None = None) -> int:
             continue
         if wake_r in readable:
             os.read(wake_r, 4096)
-            _reap(stdout)
+            _reap(stdout, spares)
         if stdin not in readable:
             if not readable:
                 if (warm := warming.step(launch_waiting)) is not None:
+                    spares.discard()  # forked before the rehearsal and the freeze
                     _write(stdout, warm)
                 # The rehearsal's event loop took the wakeup fd and SIGCHLD over, and a child
                 # may have ended meanwhile.
                 signal.set_wakeup_fd(wake_w)
                 signal.signal(signal.SIGCHLD, _on_sigchld)
-                _reap(stdout)
+                _reap(stdout, spares)
+            spares.fill(plumbing)
             continue
         chunk = os.read(stdin, 65536)
         if not chunk:
+            spares.close()
             return 0
         quiet_since = time.monotonic()
         buffer += chunk
@@ -228,6 +383,11 @@ def serve(bundle: str | None = None) -> int:
             request = json.loads(line)
             if "argv" not in request:
                 warming.configure(request)
+                spares.target = request.get("spares", spares.target)
+                spares.discard()  # forked with the configuration before
+                continue
+            if (pid := spares.assign(request)) is not None:
+                _write(stdout, {"id": request["id"], "pid": pid})
                 continue
             # Objects inherited from the template stay out of the children's collections,
             # warm or not: collecting them would write to (and so un-share) their pages.
@@ -239,8 +399,10 @@ def serve(bundle: str | None = None) -> int:
                 continue
             if pid == 0:
                 _update_environ(request.get("env"))
-                _child(request["argv"], request.get("credential"), (stdin, stdout, wake_r, wake_w))
+                _child(request["argv"], request.get("credential"), (*plumbing, *spares.fds()))
             _write(stdout, {"id": request["id"], "pid": pid})
+        if not launch_waiting():  # the next spare, once the launches in hand are answered
+            spares.fill(plumbing)
 
 
 def run_template(parent_pid: int, bundle: str | None) -> int:

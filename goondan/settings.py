@@ -54,6 +54,15 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             "run --agent-nice",
         ),
     ] = 3
+    spare_agents: Annotated[
+        int,
+        msgspec.Meta(ge=0, le=8),
+        _doc(
+            "children the template keeps forked ahead of any launch, each done with what does "
+            "not depend on the agent it becomes: a start or a respawn skips the fork (each "
+            "costs about an idle agent's memory; 0 forks at every launch)"
+        ),
+    ] = 1
     hang_timeout_s: Annotated[
         Seconds,
         _doc(

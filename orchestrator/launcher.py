@@ -458,6 +458,7 @@ class ZygoteLauncher:
             "providers": list(providers),
             "environ": dict(os.environ),
             "openFiles": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            "spares": self.spec.settings.daemon.spare_agents,
         }
 
     def set_providers(self, providers: tuple[str, ...]) -> None:

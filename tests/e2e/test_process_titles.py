@@ -11,9 +11,14 @@ import pytest
 from tests.e2e.conftest import REPO, wait_for
 from tests.e2e.test_connectors import SECRET, free_port, post
 
+SPARE = "goondan: template spare"
+
 
 def title(pid: int) -> str:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:  # it has just ended
+        return ""
 
 
 def children(pid: int) -> list[int]:
@@ -47,5 +52,9 @@ def test_daemon_template_agents_and_connectors_have_titles(start_daemon, tmp_pat
     if spawn == "zygote":
         [template] = templates
         assert rows["responder"]["pid"] in children(template)
+        # The spare the template keeps forked ahead is no agent: `status` does not list it.
+        wait_for(lambda: [p for p in children(template) if title(p) == SPARE], timeout=20)
+        [spare] = [p for p in children(template) if title(p) == SPARE]
+        assert spare not in {p["pid"] for p in daemon.status()["processes"]}
     else:
         assert templates == []

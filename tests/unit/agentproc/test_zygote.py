@@ -1,27 +1,34 @@
-"""The template process: launches before warming, only the bundle's providers imported."""
+"""The template process: launches before warming, only the bundle's providers imported, and
+spares forked ahead that become the agents launched."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from agentproc.rehearsal import TURNS
+from goondan.settings import DEFAULTS
+from orchestrator.launcher import LaunchSpec
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 QUICKSTART = REPO / "configs" / "quickstart"
 
 
-def _template(tmp_path: Path, bundle: Path) -> subprocess.Popen[bytes]:
+def _template(
+    tmp_path: Path, bundle: Path, stderr: Any = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "agentproc.zygote", str(os.getpid()), str(bundle)],
         env=dict(os.environ, TMPDIR=str(tmp_path)),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
     )
 
 
@@ -90,3 +97,129 @@ print(first, rest)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"1 {TURNS - 1}\n"
+
+
+SPARE = "goondan: template spare"
+
+
+def _title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return ""
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _spare_of(template: subprocess.Popen[bytes], other_than: int = 0) -> int:
+    """The template's spare (waiting until there is one, other than `other_than`)."""
+    spares: list[int] = []
+
+    def one() -> bool:
+        spares[:] = [p for p in _children(template.pid) if _title(p) == SPARE and p != other_than]
+        return len(spares) == 1
+
+    wait_for(one, timeout=20)
+    return spares[0]
+
+
+def _gone(pid: int) -> bool:
+    """No such process, not even a zombie: it was reaped."""
+    return not Path(f"/proc/{pid}").exists()
+
+
+def _pipes(pid: int, fds: tuple[str, ...] | None = None) -> set[str]:
+    """The pipes `pid` has open (among `fds`, or all)."""
+    found = set()
+    for fd in fds or os.listdir(f"/proc/{pid}/fd"):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if target.startswith("pipe:"):
+            found.add(target)
+    return found
+
+
+def _debug_lines(log: Path, pid: int) -> list[str]:
+    lines = [line for line in log.read_text().splitlines() if line.startswith("{")]
+    return [
+        record["event"]
+        for record in map(json.loads, lines)
+        if record.get("pid") == pid and record.get("level") == "debug"
+    ]
+
+
+def test_a_launch_takes_the_spare_which_becomes_that_agent(tmp_path: Path) -> None:
+    log = tmp_path / "stderr"
+    with log.open("wb") as stderr, _template(tmp_path, QUICKSTART, stderr) as template:
+        assert _read(template) == {"ready": template.pid}
+        _send(template, {"bundle": str(QUICKSTART), "providers": [], "spares": 1})
+        assert "warm" in _read(template)  # and the spare forked before it replaced
+        spare = _spare_of(template)
+        # Forked ahead, it holds neither the template's pipes nor anything of an agent.
+        assert not _pipes(spare) & _pipes(template.pid, fds=("0", "1"))
+        spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
+        _send(
+            template,
+            {
+                "id": 1,
+                "argv": spec.argv("assistant", template.pid),
+                "credential": "k" * 32,
+                "env": {"GOONDAN_LOG_LEVEL": "debug"},  # changed since the configuration
+            },
+        )
+        assert _read(template) == {"id": 1, "pid": spare}
+        # It is that agent now (no orchestrator listens: it waits to connect), with the
+        # environment of its launch: it logs at debug level.
+        wait_for(lambda: _title(spare) == "goondan: agent assistant (default)", timeout=20)
+        wait_for(lambda: "agent ready" in _debug_lines(log, spare), timeout=20)
+        assert f"\nPPid:\t{template.pid}\n" in Path(f"/proc/{spare}/status").read_text()
+        second = _spare_of(template, other_than=spare)
+        assert not _pipes(spare) & _pipes(second)  # neither has the other's assignment pipe
+        os.kill(spare, signal.SIGKILL)
+        assert _read(template) == {"exit": spare, "code": -signal.SIGKILL}  # an agent's exit
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
+    assert _gone(second)  # the template reaped its spare before it exited
+
+
+def test_a_spare_that_ends_is_no_agents_exit_and_is_replaced(tmp_path: Path) -> None:
+    with _template(tmp_path, QUICKSTART) as template:
+        assert _read(template) == {"ready": template.pid}
+        _send(template, {"bundle": str(QUICKSTART), "providers": [], "spares": 1})
+        assert "warm" in _read(template)
+        first = _spare_of(template)
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: _gone(first), timeout=20)  # reaped by the template
+        second = _spare_of(template, other_than=first)
+        # A new configuration discards the spare forked with the one before.
+        _send(template, {"bundle": str(QUICKSTART), "providers": [], "spares": 1})
+        wait_for(lambda: _gone(second), timeout=20)
+        assert "warm" in _read(template)  # (loaded and frozen again, the spare replaced)
+        third = _spare_of(template, other_than=second)
+        _send(template, {"id": 7, "argv": ["--not-an-option"]})
+        # Neither ended spare was reported: the first line is the launch's answer.
+        assert _read(template) == {"id": 7, "pid": third}
+        assert _read(template) == {"exit": third, "code": 2}  # argparse's usage error
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
+
+
+def test_without_spares_every_launch_forks(tmp_path: Path) -> None:
+    with _template(tmp_path, QUICKSTART) as template:
+        assert _read(template) == {"ready": template.pid}
+        _send(template, {"bundle": str(QUICKSTART), "providers": [], "spares": 0})
+        _send(template, {"id": 1, "argv": ["--not-an-option"]})
+        answer = _read(template)
+        assert _read(template) == {"exit": answer["pid"], "code": 2}
+        assert [p for p in _children(template.pid) if _title(p) == SPARE] == []
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
