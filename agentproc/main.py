@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -34,6 +34,9 @@ from ipc import wire
 from ipc.credential import properties, read_credential_fd
 from ipc.dealer import send_once
 from ipc.error_codes import ErrorCode
+
+if TYPE_CHECKING:
+    import uvloop
 
 
 class StartError(Exception):
@@ -265,9 +268,61 @@ async def _serve(args: argparse.Namespace, credential: bytes | None) -> int:
             await definition.mcp.aclose()
 
 
-def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
-    """`credential`: what the template was given for this launch (else `--credential-fd`)."""
-    args = parse_args(argv)
+class Prepared:
+    """An agent process's start-up as far as it does not depend on which agent it is: done by
+    a spare of the template (`agentproc.zygote`) before it is given its launch, from the
+    argv every agent of the daemon gets (with an empty `--agent`)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        import uvloop
+
+        self.argv = argv
+        self.args = parse_args(argv)
+        self.stale = False  # the launch changed the environment this was set up in
+        _set_up_process(self.args)
+        self.loop: uvloop.Loop = uvloop.new_event_loop()
+
+    def args_for(self, argv: list[str] | None) -> argparse.Namespace | None:
+        """The arguments of `argv` if it is this argv but for `--agent`'s value, else None."""
+        if self.stale or argv is None or len(argv) != len(self.argv) or "--agent" not in argv:
+            return None
+        at = argv.index("--agent") + 1
+        if argv[:at] != self.argv[:at] or argv[at + 1 :] != self.argv[at + 1 :]:
+            return None
+        args = argparse.Namespace(**vars(self.args))
+        args.agent = argv[at]
+        return args
+
+    def take_loop(self) -> uvloop.Loop:
+        return self.loop
+
+    def discard(self) -> None:
+        self.loop.close()
+
+
+def _set_up_process(args: argparse.Namespace, niced: int = 0) -> None:
+    """What every agent process does before it is given work, whichever agent it is."""
+    die_with_parent(args.parent_pid)
+    if args.nice > niced:
+        os.nice(args.nice - niced)  # before any thread starts: threads take their creator's
+    # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    configure_logging()
+    harden_agent(args.state_root)
+
+
+def main(
+    argv: list[str] | None = None,
+    credential: bytes | None = None,
+    prepared: Prepared | None = None,
+) -> int:
+    """`credential`: what the template was given for this launch (else `--credential-fd`).
+    `prepared`: what a spare did before its launch came, used if that launch's argv is the
+    one it prepared for (else discarded, and this start does it all)."""
+    args = prepared.args_for(argv) if prepared is not None else None
+    set_up = args is not None
+    if args is None:
+        args = parse_args(argv)
     set_title(f"goondan: agent {args.agent} ({args.swarm})")
     if credential is None and args.credential_fd is not None:
         credential = read_credential_fd(args.credential_fd)
@@ -276,19 +331,20 @@ def main(argv: list[str] | None = None, credential: bytes | None = None) -> int:
 
         pem = msgspec.json.decode(read_credential_fd(args.tls_fd), type=tls.ClientCredentials)
         tls.set_client_context(tls.client_context(pem))
-    die_with_parent(args.parent_pid)
-    if args.nice > 0:
-        os.nice(args.nice)  # before any thread starts: threads take their creator's
-    # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    configure_logging()
+    import uvloop
+
+    loop_factory = uvloop.new_event_loop
+    if prepared is not None and set_up:
+        loop_factory = prepared.take_loop
+    else:
+        if prepared is not None:
+            prepared.discard()
+        _set_up_process(args, niced=prepared.args.nice if prepared is not None else 0)
     record_last_error(StatePaths.at(args.state_root).last_error_dir / args.agent)
     structlog.contextvars.bind_contextvars(agent=args.agent)
-    harden_agent(args.state_root)
+    structlog.get_logger().debug("agent process set up", spare=set_up)
     try:
-        import uvloop
-
-        return uvloop.run(_serve(args, credential))
+        return uvloop.run(_serve(args, credential), loop_factory=loop_factory)
     except KeyboardInterrupt:
         return 130
     except Exception:  # logged at error level, so `status` can say what ended the agent

@@ -100,12 +100,14 @@ def _child(argv: list[str], credential: str | None, fds: Iterable[int]) -> None:
     _become_agent(argv, credential)
 
 
-def _become_agent(argv: list[str], credential: str | None) -> None:
+def _become_agent(
+    argv: list[str], credential: str | None, prepared: agentproc.main.Prepared | None = None
+) -> None:
     # Objects inherited from the template stay frozen: collecting them would write to (and
     # so un-share) every page they live on. gc still collects what this agent allocates.
     code = 1
     try:
-        code = agentproc.main.main(argv, credential.encode() if credential else None)
+        code = agentproc.main.main(argv, credential.encode() if credential else None, prepared)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - report and exit; never return into the template loop
@@ -128,7 +130,9 @@ def _update_environ(changes: dict[str, str | None] | None) -> None:
             os.environ[name] = value
 
 
-def _spare(assignment: int, fds: Iterable[int], template: int) -> None:
+def _spare(
+    assignment: int, fds: Iterable[int], template: int, agent_argv: list[str] | None
+) -> None:
     """In a spare: what does not depend on the agent, then wait for the launch line, then
     become that agent. Never returns into the template's loop."""
     code = 1
@@ -136,6 +140,12 @@ def _spare(assignment: int, fds: Iterable[int], template: int) -> None:
         _detach(fds)
         die_with_parent(template)
         set_title("goondan: template spare")
+        prepared = None
+        if agent_argv is not None:
+            try:
+                prepared = agentproc.main.Prepared(agent_argv)
+            except (Exception, SystemExit):  # noqa: BLE001 - the launch will do it all, and say why
+                prepared = None
         request = _read_line(assignment)
         os.close(assignment)
         if request is None:  # discarded by the template (or it is gone)
@@ -143,8 +153,11 @@ def _spare(assignment: int, fds: Iterable[int], template: int) -> None:
         else:
             # What the agent inherits must be this launch's: its environment changes, its
             # credential, its argv (the agent's own title comes with them).
-            _update_environ(request.get("env"))
-            _become_agent(request["argv"], request.get("credential"))
+            if request.get("env"):
+                _update_environ(request["env"])
+                if prepared is not None:
+                    prepared.stale = True  # set up under the environment before
+            _become_agent(request["argv"], request.get("credential"), prepared)
     except BaseException:  # noqa: BLE001 - report and exit; never return into the template
         import traceback
 
@@ -177,6 +190,9 @@ class Spares:
 
     def __init__(self) -> None:
         self.target = 0
+        # The argv of every agent, with an empty `--agent`: a spare sets up the agent process
+        # with it before its launch (`agentproc.main.Prepared`).
+        self.agent_argv: list[str] | None = None
         self.waiting: list[tuple[int, int]] = []  # (pid, the write end of its pipe), oldest first
         self.unassigned: set[int] = set()  # spares not given a launch, until reaped
         self.lost = 0  # spares that ended unassigned in a row
@@ -196,7 +212,7 @@ class Spares:
                 os.close(write_end)
                 return
             if pid == 0:
-                _spare(read_end, (*template_fds, write_end, *self.fds()), parent)
+                _spare(read_end, (*template_fds, write_end, *self.fds()), parent, self.agent_argv)
             os.close(read_end)
             os.set_blocking(write_end, False)  # a stopped spare must not stop the template
             self.waiting.append((pid, write_end))
@@ -384,6 +400,7 @@ def serve(bundle: str | None = None) -> int:
             if "argv" not in request:
                 warming.configure(request)
                 spares.target = request.get("spares", spares.target)
+                spares.agent_argv = request.get("agentArgv", spares.agent_argv)
                 spares.discard()  # forked with the configuration before
                 continue
             if (pid := spares.assign(request)) is not None:

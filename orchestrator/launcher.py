@@ -434,7 +434,7 @@ class ZygoteLauncher:
         process = await Template.adopt(popen)
         # The template loads the bundle and imports the providers its Models use before it says
         # ready; this line (before any launch line) covers a bundle it could not load.
-        process.send(self._configuration(self.spec.providers))
+        process.send(self._configuration(self.spec.providers, process.pid))
         try:
             first = await process.stdout.readline()
         except BaseException:  # cancelled at shutdown: no template left behind
@@ -448,7 +448,7 @@ class ZygoteLauncher:
         self._tasks.spawn(self._read(process), name="read agent template")
         self._log.debug("template process ready", pid=process.pid)
 
-    def _configuration(self, providers: tuple[str, ...]) -> dict[str, Any]:
+    def _configuration(self, providers: tuple[str, ...], template_pid: int) -> dict[str, Any]:
         # The environment and open-files limit the daemon has now, for its agents to inherit:
         # a template started early was forked before `goondan run` had set them up. Later
         # changes (a reload re-read the env files) travel with each launch line.
@@ -459,6 +459,8 @@ class ZygoteLauncher:
             "environ": dict(os.environ),
             "openFiles": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             "spares": self.spec.settings.daemon.spare_agents,
+            # What a spare prepares an agent with before it knows which (`--agent` empty).
+            "agentArgv": self.spec.argv("", template_pid),
         }
 
     def set_providers(self, providers: tuple[str, ...]) -> None:
@@ -467,7 +469,7 @@ class ZygoteLauncher:
         its children and die with it, and their exits reach us only through its stdout."""
         self.spec = msgspec.structs.replace(self.spec, providers=providers)
         if self._process is not None:
-            self._process.send(self._configuration(providers))
+            self._process.send(self._configuration(providers, self._process.pid))
 
     async def launch(self, agent: str, credential: bytes) -> ChildProcess:
         await self.start()

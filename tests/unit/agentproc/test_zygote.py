@@ -148,6 +148,15 @@ def _pipes(pid: int, fds: tuple[str, ...] | None = None) -> set[str]:
     return found
 
 
+def _debug_records(log: Path, agent: str, event: str) -> list[dict[str, Any]]:
+    records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+    return [
+        {k: v for k, v in r.items() if k not in ("event", "level", "timestamp", "agent")}
+        for r in records
+        if r.get("agent") == agent and r.get("event") == event
+    ]
+
+
 def _debug_lines(log: Path, pid: int) -> list[str]:
     lines = [line for line in log.read_text().splitlines() if line.startswith("{")]
     return [
@@ -159,14 +168,15 @@ def _debug_lines(log: Path, pid: int) -> list[str]:
 
 def test_a_launch_takes_the_spare_which_becomes_that_agent(tmp_path: Path) -> None:
     log = tmp_path / "stderr"
+    spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
     with log.open("wb") as stderr, _template(tmp_path, QUICKSTART, stderr) as template:
         assert _read(template) == {"ready": template.pid}
-        _send(template, {"bundle": str(QUICKSTART), "providers": [], "spares": 1})
+        configuration = {"bundle": str(QUICKSTART), "providers": [], "spares": 1}
+        _send(template, {**configuration, "agentArgv": spec.argv("", template.pid)})
         assert "warm" in _read(template)  # and the spare forked before it replaced
         spare = _spare_of(template)
         # Forked ahead, it holds neither the template's pipes nor anything of an agent.
         assert not _pipes(spare) & _pipes(template.pid, fds=("0", "1"))
-        spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
         _send(
             template,
             {
@@ -181,6 +191,8 @@ def test_a_launch_takes_the_spare_which_becomes_that_agent(tmp_path: Path) -> No
         # environment of its launch: it logs at debug level.
         wait_for(lambda: _title(spare) == "goondan: agent assistant (default)", timeout=20)
         wait_for(lambda: "agent ready" in _debug_lines(log, spare), timeout=20)
+        # The environment changed: what the spare set up under the one before was not used.
+        assert _debug_records(log, "assistant", "agent process set up") == [{"spare": False}]
         assert f"\nPPid:\t{template.pid}\n" in Path(f"/proc/{spare}/status").read_text()
         second = _spare_of(template, other_than=spare)
         assert not _pipes(spare) & _pipes(second)  # neither has the other's assignment pipe
@@ -223,3 +235,48 @@ def test_without_spares_every_launch_forks(tmp_path: Path) -> None:
         assert [p for p in _children(template.pid) if _title(p) == SPARE] == []
         template.stdin.close()  # type: ignore[union-attr]
         assert template.wait(timeout=30) == 0
+
+
+def test_a_spare_sets_the_agent_up_before_its_launch(tmp_path: Path) -> None:
+    log = tmp_path / "stderr"
+    spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
+    with log.open("wb") as stderr, _template(tmp_path, QUICKSTART, stderr) as template:
+        assert _read(template) == {"ready": template.pid}
+        environ = dict(os.environ, GOONDAN_LOG_LEVEL="debug")
+        _send(
+            template,
+            {
+                "bundle": str(QUICKSTART),
+                "providers": [],
+                "environ": environ,
+                "spares": 1,
+                "agentArgv": spec.argv("", template.pid),
+            },
+        )
+        assert "warm" in _read(template)
+        spare = _spare_of(template)
+        # Set up ahead: its priority lowered, not inspectable, before it is anyone.
+        wait_for(lambda: _niceness(spare) == DEFAULTS.daemon.agent_nice, timeout=20)
+        launch = {"id": 1, "argv": spec.argv("researcher", template.pid), "credential": "k" * 32}
+        _send(template, launch)
+        assert _read(template) == {"id": 1, "pid": spare}
+        wait_for(lambda: "agent ready" in _debug_lines(log, spare), timeout=20)
+        assert _debug_records(log, "researcher", "agent process set up") == [{"spare": True}]
+        assert _title(spare) == "goondan: agent researcher (default)"
+        assert _niceness(spare) == DEFAULTS.daemon.agent_nice  # lowered once, not twice
+        # A launch whose argv differs from the one prepared for (but --agent) does it all.
+        second = _spare_of(template, other_than=spare)
+        other = spec.argv("assistant", template.pid) + ["--credential-fd", "0"]
+        _send(template, {"id": 2, "argv": other, "credential": "j" * 32})
+        assert _read(template) == {"id": 2, "pid": second}
+        wait_for(lambda: _debug_records(log, "assistant", "agent process set up"), timeout=20)
+        assert _debug_records(log, "assistant", "agent process set up") == [{"spare": False}]
+        assert _niceness(second) == DEFAULTS.daemon.agent_nice
+        for pid in (spare, second):
+            os.kill(pid, signal.SIGKILL)
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
+
+
+def _niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
