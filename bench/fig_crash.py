@@ -25,7 +25,8 @@ from bench.harness import Row, log, percentile, summary
 from bench.procs import pidfd, wait_pidfd
 
 NAME = "crash"
-GOAL_MS = 50.0
+GOAL_MS = 50.0  # the first goal, judged beside the `python -c` respawn
+FORK_GOAL_MS = 10.0  # issue 31's, judged beside the `os.fork` respawn (still absolute)
 
 
 def _kill(pid: int) -> tuple[float, float]:
@@ -142,6 +143,7 @@ def run(quick: bool) -> list[Row]:
             p50,
             percentile(base["fork"], 50),
             "os.fork respawn",
-            goal="(same goal)",
+            goal=f"<= {FORK_GOAL_MS:g} ms",
+            judge=lambda p, b, r: p <= FORK_GOAL_MS,
         ),
     ]

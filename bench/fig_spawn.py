@@ -22,7 +22,8 @@ from bench import baselines, product
 from bench.harness import Row, log, percentile, series, summary
 
 NAME = "spawn"
-GOAL_MS = 25.0
+GOAL_MS = 25.0  # the first goal, judged beside the `python -c` baseline
+FORK_GOAL_MS = 10.0  # issue 31's, judged beside `os.fork` (still absolute, as the issue says)
 
 
 def _product(quick: bool, seq: int, bursts: list[int]) -> dict[str, Any]:
@@ -167,7 +168,8 @@ def run(quick: bool) -> list[Row]:
             percentile(prod["seq"], 50),
             percentile(fork["seq"], 50),
             "os.fork",
-            goal="(same goal)",
+            goal=f"<= {FORK_GOAL_MS:g} ms",
+            judge=lambda p, b, r: p <= FORK_GOAL_MS,
         ),
     ]
     for n in bursts:
