@@ -59,8 +59,9 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         msgspec.Meta(ge=0, le=8),
         _doc(
             "children the template keeps forked ahead of any launch, each done with what does "
-            "not depend on the agent it becomes: a start or a respawn skips the fork (each "
-            "costs about an idle agent's memory; 0 forks at every launch)"
+            "not depend on the agent it becomes: a start or a respawn skips the fork and most "
+            "of the set-up (each costs about half an idle agent's memory; 0 forks at every "
+            "launch)"
         ),
     ] = 1
     hang_timeout_s: Annotated[
