@@ -181,10 +181,11 @@ def _read_line(fd: int) -> dict[str, Any] | None:
 class Spares:
     """Children forked ahead of their launch, each waiting on its pipe for a launch line.
 
-    The pool is emptied (each spare killed) when what the children inherit changes (a new
-    configuration, the template warm and frozen) and filled again while no launch waits.
-    A spare that ends before its launch is no agent's exit: not reported; after a few such
-    ends in a row no more are forked and launches fork as they did before."""
+    The pool is filled once the template is warm (rehearsed and frozen, which its spares then
+    share) and no launch came for a moment, and emptied (each spare killed) when a new
+    configuration changes what the children inherit; until the template is warm again,
+    launches fork as before. A spare that ends before its launch is no agent's exit: not
+    reported; after a few such ends in a row no more are forked and launches fork."""
 
     MAX_LOST = 3
     # A new spare is forked once no launch came for this long: not while the agents just
@@ -376,7 +377,7 @@ def serve(bundle: str | None = None) -> int:
         timeout = None
         if warming.pending():
             timeout = max(0.0, quiet_since + Warming.IDLE_S - time.monotonic())
-        if spares.lacking():
+        if spares.lacking() and not warming.pending():
             due = max(0.0, quiet_since + Spares.QUIET_S - time.monotonic())
             timeout = due if timeout is None else min(timeout, due)
         try:
@@ -390,14 +391,13 @@ def serve(bundle: str | None = None) -> int:
             idle = time.monotonic() - quiet_since
             if not readable and warming.pending() and idle >= Warming.IDLE_S:
                 if (warm := warming.step(launch_waiting)) is not None:
-                    spares.discard()  # forked before the rehearsal and the freeze
                     _write(stdout, warm)
                 # The rehearsal's event loop took the wakeup fd and SIGCHLD over, and a child
                 # may have ended meanwhile.
                 signal.set_wakeup_fd(wake_w)
                 signal.signal(signal.SIGCHLD, _on_sigchld)
                 _reap(stdout, spares)
-            if idle >= Spares.QUIET_S:
+            if idle >= Spares.QUIET_S and not warming.pending():
                 spares.fill(plumbing)
             continue
         chunk = os.read(stdin, 65536)

@@ -173,7 +173,7 @@ def test_a_launch_takes_the_spare_which_becomes_that_agent(tmp_path: Path) -> No
         assert _read(template) == {"ready": template.pid}
         configuration = {"bundle": str(QUICKSTART), "providers": [], "spares": 1}
         _send(template, {**configuration, "agentArgv": spec.argv("", template.pid)})
-        assert "warm" in _read(template)  # and the spare forked before it replaced
+        assert "warm" in _read(template)  # then the spare is forked
         spare = _spare_of(template)
         # Forked ahead, it holds neither the template's pipes nor anything of an agent.
         assert not _pipes(spare) & _pipes(template.pid, fds=("0", "1"))
@@ -215,7 +215,7 @@ def test_a_spare_that_ends_is_no_agents_exit_and_is_replaced(tmp_path: Path) -> 
         # A new configuration discards the spare forked with the one before.
         _send(template, {"bundle": str(QUICKSTART), "providers": [], "spares": 1})
         wait_for(lambda: _gone(second), timeout=20)
-        assert "warm" in _read(template)  # (loaded and frozen again, the spare replaced)
+        assert "warm" in _read(template)  # loaded and frozen again, then a new spare
         third = _spare_of(template, other_than=second)
         _send(template, {"id": 7, "argv": ["--not-an-option"]})
         # Neither ended spare was reported: the first line is the launch's answer.
