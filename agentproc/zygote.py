@@ -215,9 +215,10 @@ class Spares:
             parent = os.getpid()
             try:
                 pid = os.fork()
-            except OSError:
+            except OSError:  # (counted as lost, so that we do not try again at once, forever)
                 os.close(read_end)
                 os.close(write_end)
+                self.lost += 1
                 return
             if pid == 0:
                 _spare(read_end, (*template_fds, write_end, *self.fds()), parent, self.agent_argv)
@@ -226,9 +227,9 @@ class Spares:
             self.waiting.append((pid, write_end))
             self.unassigned.add(pid)
 
-    def assign(self, request: dict[str, Any]) -> int | None:
-        """Hand `request` (a launch line) to a spare; its pid, or None when none took it."""
-        line = (json.dumps(request) + "\n").encode()
+    def assign(self, line: bytes) -> int | None:
+        """Hand a launch line (ending with a newline) to a spare; its pid, or None when none
+        took it."""
         if len(line) > 65536:  # more than an empty pipe surely holds: fork instead
             return None
         while self.waiting:
@@ -413,9 +414,10 @@ def serve(bundle: str | None = None) -> int:
                 warming.configure(request)
                 spares.target = request.get("spares", spares.target)
                 spares.agent_argv = request.get("agentArgv", spares.agent_argv)
+                spares.lost = 0  # a new configuration: spares get another chance
                 spares.discard()  # forked with the configuration before
                 continue
-            if (pid := spares.assign(request)) is not None:
+            if (pid := spares.assign(line + b"\n")) is not None:
                 _write(stdout, {"id": request["id"], "pid": pid})
                 continue
             # Objects inherited from the template stay out of the children's collections,

@@ -148,6 +148,13 @@ def _pipes(pid: int, fds: tuple[str, ...] | None = None) -> set[str]:
     return found
 
 
+def _end(pid: int) -> int:
+    """SIGKILL `pid` and wait until its parent has reaped it."""
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _gone(pid), timeout=20)
+    return pid
+
+
 def _debug_records(log: Path, agent: str, event: str) -> list[dict[str, Any]]:
     records = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     return [
@@ -280,3 +287,26 @@ def test_a_spare_sets_the_agent_up_before_its_launch(tmp_path: Path) -> None:
 
 def _niceness(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_spares_that_keep_ending_are_given_up_until_a_new_configuration(tmp_path: Path) -> None:
+    configuration = {"bundle": str(QUICKSTART), "providers": [], "spares": 1}
+    with _template(tmp_path, QUICKSTART) as template:
+        assert _read(template) == {"ready": template.pid}
+        _send(template, configuration)
+        assert "warm" in _read(template)
+        ended = 0
+        for _ in range(3):  # Spares.MAX_LOST
+            ended = _end(_spare_of(template, other_than=ended))
+        # No fourth: a template that cannot keep a spare alive does not fork one in a loop;
+        # launches fork as they did before spares.
+        _send(template, {"id": 1, "argv": ["--not-an-option"]})
+        answer = _read(template)
+        assert answer["id"] == 1
+        assert _read(template) == {"exit": answer["pid"], "code": 2}
+        assert [p for p in _children(template.pid) if _title(p) == SPARE] == []
+        _send(template, configuration)  # a reload: spares get another chance
+        assert "warm" in _read(template)
+        _spare_of(template)
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
