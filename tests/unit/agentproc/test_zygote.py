@@ -178,12 +178,14 @@ def test_a_launch_takes_the_spare_which_becomes_that_agent(tmp_path: Path) -> No
     spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
     with log.open("wb") as stderr, _template(tmp_path, QUICKSTART, stderr) as template:
         assert _read(template) == {"ready": template.pid}
-        configuration = {"bundle": str(QUICKSTART), "providers": [], "spares": 1}
-        _send(template, {**configuration, "agentArgv": spec.argv("", template.pid)})
+        # (No `agentArgv`: the spare is not hardened before its launch, so that a process of
+        # the same user, this test, may list its fds without being root.)
+        _send(template, {"bundle": str(QUICKSTART), "providers": [], "spares": 1})
         assert "warm" in _read(template)  # then the spare is forked
         spare = _spare_of(template)
         # Forked ahead, it holds neither the template's pipes nor anything of an agent.
-        assert not _pipes(spare) & _pipes(template.pid, fds=("0", "1"))
+        own = _pipes(spare)
+        assert not own & _pipes(template.pid, fds=("0", "1"))
         _send(
             template,
             {
@@ -198,11 +200,9 @@ def test_a_launch_takes_the_spare_which_becomes_that_agent(tmp_path: Path) -> No
         # environment of its launch: it logs at debug level.
         wait_for(lambda: _title(spare) == "goondan: agent assistant (default)", timeout=20)
         wait_for(lambda: "agent ready" in _debug_lines(log, spare), timeout=20)
-        # The environment changed: what the spare set up under the one before was not used.
-        assert _debug_records(log, "assistant", "agent process set up") == [{"spare": False}]
         assert f"\nPPid:\t{template.pid}\n" in Path(f"/proc/{spare}/status").read_text()
         second = _spare_of(template, other_than=spare)
-        assert not _pipes(spare) & _pipes(second)  # neither has the other's assignment pipe
+        assert not own & _pipes(second)  # nor the assignment pipe of the spare before it
         os.kill(spare, signal.SIGKILL)
         assert _read(template) == {"exit": spare, "code": -signal.SIGKILL}  # an agent's exit
         template.stdin.close()  # type: ignore[union-attr]
@@ -281,6 +281,28 @@ def test_a_spare_sets_the_agent_up_before_its_launch(tmp_path: Path) -> None:
         assert _niceness(second) == DEFAULTS.daemon.agent_nice
         for pid in (spare, second):
             os.kill(pid, signal.SIGKILL)
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
+
+
+def test_a_launch_that_changes_the_environment_is_set_up_anew(tmp_path: Path) -> None:
+    log = tmp_path / "stderr"
+    spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
+    with log.open("wb") as stderr, _template(tmp_path, QUICKSTART, stderr) as template:
+        assert _read(template) == {"ready": template.pid}
+        configuration = {"bundle": str(QUICKSTART), "providers": [], "spares": 1}
+        _send(template, {**configuration, "agentArgv": spec.argv("", template.pid)})
+        assert "warm" in _read(template)
+        spare = _spare_of(template)
+        argv = spec.argv("assistant", template.pid)
+        changed = {"GOONDAN_LOG_LEVEL": "debug"}  # since the configuration
+        _send(template, {"id": 1, "argv": argv, "credential": "k" * 32, "env": changed})
+        assert _read(template) == {"id": 1, "pid": spare}
+        # The spare set up its logging under the environment before: done again, at debug.
+        wait_for(lambda: "agent ready" in _debug_lines(log, spare), timeout=20)
+        assert _debug_records(log, "assistant", "agent process set up") == [{"spare": False}]
+        assert _niceness(spare) == DEFAULTS.daemon.agent_nice  # lowered once, not twice
+        os.kill(spare, signal.SIGKILL)
         template.stdin.close()  # type: ignore[union-attr]
         assert template.wait(timeout=30) == 0
 
