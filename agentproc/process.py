@@ -115,9 +115,9 @@ class AgentProcess:
         self._running: dict[str, tuple[Job, TurnCancel]] = {}  # instance key -> its turn
         self._max_loaded = agent.max_loaded_instances
         self._inbox_limit = agent.inbox_limit
-        self._heartbeat_interval_s = agent.heartbeat_interval_s
         # `goondan run --metrics` sets it (agents inherit it): only then do counts travel.
         self._report_counts = bool(os.environ.get("GOONDAN_METRICS"))
+        self._heartbeat_interval_s = settings.heartbeat_interval_s(self._report_counts)
         self._cancel_wait_s = agent.cancel_wait_s
         self._quiet_s = agent.quiet_s
         self._fold_events_bytes = storage.fold_events_bytes
@@ -586,7 +586,7 @@ class AgentProcess:
         frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
         while True:
             await asyncio.sleep(self._heartbeat_interval_s)
-            if self._report_counts and COUNTERS.changed:  # on the heartbeat: one a second
+            if self._report_counts and COUNTERS.changed:  # on the heartbeat
                 self._send_counts()
             elif time.monotonic() - self._last_sent >= self._heartbeat_interval_s:
                 self._send(frame)

@@ -54,7 +54,7 @@ import zmq
 from bench.wire import Env, encoder, env_decoder, result_decoder
 
 HWM = 200_000
-HEARTBEAT_S = 1.0  # the product agents' `heartbeat_interval_s`
+HEARTBEAT_S = 5.0  # the product agents' tick: `Settings.heartbeat_interval_s()` by default
 
 
 def die_with_parent() -> None:

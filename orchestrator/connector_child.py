@@ -6,8 +6,9 @@
 It connects a DEALER as `connection:NAME` (presenting the credential read from the inherited
 pipe N, which the orchestrator checks), loads the Connection (config and secrets resolved from
 the environment), imports the Connector's entry, sends `ready` and runs `await main(ctx)`,
-heartbeating every second. On `shutdown` (or SIGTERM) it sets `ctx.stopping`, gives `main` most
-of the grace period to return, cancels it, sends `shutdown_ack` (for a `shutdown`) and exits 0.
+heartbeating while it sends nothing else. On `shutdown` (or SIGTERM) it sets `ctx.stopping`,
+gives `main` most of the grace period to return, cancels it, sends `shutdown_ack` (for a
+`shutdown`) and exits 0.
 
 Exit codes: 0 stopped, or `main` returned; 1 `main` crashed (respawn); 3 start error, also sent
 as `start_error` (the Connection needs fixing: bad bundle, unset env, no `main`, or `main`
@@ -80,7 +81,7 @@ class ConnectorProcess:
         )
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
-        self._heartbeat_interval_s = settings.agent.heartbeat_interval_s
+        self._heartbeat_interval_s = settings.heartbeat_interval_s()
         self._handlers = self._message_handlers()
         self._dropped = ThrottledLog(self.log)  # a flood of odd frames must not flood the log
 

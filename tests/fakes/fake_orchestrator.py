@@ -30,6 +30,7 @@ from typing import IO, Any
 import zmq
 import zmq.asyncio
 
+from goondan.settings import Settings
 from ipc import wire
 from ipc.credential import CREDENTIAL_PROPERTY
 from tests.waiting import describe
@@ -188,9 +189,10 @@ class FakeOrchestrator:
         bundle: Path,
         env: dict[str, str] | None = None,
         credential: bytes | None = None,
+        settings: Settings | None = None,
     ) -> ConnectorProc:
         """`credential` goes to the process as the orchestrator sends it: on a pipe it
-        inherits (`--credential-fd`)."""
+        inherits (`--credential-fd`); `settings` as `--settings`."""
         log_path = self.dir / f"{connection}.{len(self._procs)}.log"
         log = open(log_path, "wb")  # noqa: SIM115 - closed by ConnectorProc.kill
         fds: tuple[int, ...] = ()
@@ -200,6 +202,8 @@ class FakeOrchestrator:
             os.write(write_fd, credential)
             os.close(write_fd)
             fds, extra = (read_fd,), ["--credential-fd", str(read_fd)]
+        if settings is not None:
+            extra += settings.to_argv()
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+from goondan.settings import Settings
 from ipc import wire
 from tests.fakes.fake_orchestrator import FakeOrchestrator, write_bundle
 
@@ -144,7 +145,10 @@ async def test_heartbeats_then_main_returning_exits_0() -> None:
         _setup(orch)
         orch.answer_delay_s = 1.3  # long enough for a heartbeat
         proc = await orch.spawn(
-            "probe-conn", orch.dir / "b", {"PROBE_MODE": "return", "PROBE_TOKEN": TOKEN}
+            "probe-conn",
+            orch.dir / "b",
+            {"PROBE_MODE": "return", "PROBE_TOKEN": TOKEN},
+            settings=Settings.from_mapping({"agent": {"heartbeat_interval_s": 1.0}}),
         )
         await orch.wait_ready("probe-conn", proc)
         assert await proc.wait() == 0, proc.logs()

@@ -110,3 +110,15 @@ def test_the_defaults_table_in_the_docs_is_the_generated_one() -> None:
         "docs/operations.md's settings table differs from goondan.settings; replace it with "
         "the output of `python -m goondan.settings --markdown`:\n\n" + generated
     )
+
+
+def test_the_heartbeat_keeps_within_the_hang_timeout_and_metrics_interval() -> None:
+    # Idle agents tick every 5 s by default (each tick wakes a process), yet a hang is
+    # still noticed: at least three heartbeats fit in the hang timeout.
+    assert DEFAULTS.heartbeat_interval_s() == 5.0
+    short = Settings.from_mapping({"daemon": {"hang_timeout_s": 1.0}})
+    assert short.heartbeat_interval_s() == pytest.approx(1 / 3)
+    # With --metrics the counts ride on the heartbeat, at least once a second.
+    assert DEFAULTS.heartbeat_interval_s(metrics=True) == 1.0
+    fast = Settings.from_mapping({"agent": {"heartbeat_interval_s": 0.5}})
+    assert fast.heartbeat_interval_s() == 0.5
