@@ -152,6 +152,7 @@ class Conversation:
         self._legacy = False  # stored inside the instance's directory, the older layout
         self._fsync_events = fsync_events
         self._events_fd: int | None = None
+        self._events_end = 0  # the events file's size, while `_events_fd` is open
         self.messages: list[Message] = []
         self._requests: dict[str, int] | None = None  # requestId -> index of its user message
         self._dirty = False  # changed since the last sync or fold
@@ -248,9 +249,7 @@ class Conversation:
             if not self._dirty:
                 return
             self.flush()
-            if self._events_fd is None:
-                self._events_fd = open_append(self.events_path)
-            os.fsync(self._events_fd)
+            os.fsync(self._events_fd if self._events_fd is not None else self._open_events())
             self._sync_directories()
             self._dirty = False
 
@@ -292,15 +291,19 @@ class Conversation:
         if not hold:
             self.flush()
 
+    def _open_events(self) -> int:
+        fd = self._events_fd = open_append(self.events_path)
+        self._events_end = os.fstat(fd).st_size  # only this process appends to it
+        return fd
+
     def _write(self, data: bytes, *, durable: bool = False) -> None:
-        if self._events_fd is None:
+        fd = self._events_fd
+        if fd is None:
             try:
-                self._events_fd = open_append(self.events_path)
+                fd = self._open_events()
             except OSError as exc:
                 raise StorageError("the conversation", self.events_path, exc) from exc
         # One write() for the lot: it reaches the OS before we return, so a crash keeps it.
-        fd = self._events_fd
-        start = os.lseek(fd, 0, os.SEEK_END)
         try:
             written = os.write(fd, data)
             while written < len(data):  # short on a full disk: the next write says why
@@ -312,8 +315,9 @@ class Conversation:
         except OSError as exc:
             # No torn line is left behind: the events stay held for the next write.
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, start)
+                os.ftruncate(fd, self._events_end)
             raise StorageError("the conversation", self.events_path, exc) from exc
+        self._events_end += len(data)
         self.events_bytes += len(data)
 
     def _sync_directories(self) -> None:
