@@ -110,7 +110,7 @@ def _measure(
 
 def run(quick: bool) -> list[Row]:
     counts = [2, 8, 32]
-    warmup, duration = (0.5, 1.5) if quick else (1.0, 3.0)
+    warmup, duration = (0.5, 1.0) if quick else (1.0, 3.0)
     reps = 1 if quick else 2
     rows = []
     for n in counts:
