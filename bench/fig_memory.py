@@ -17,25 +17,12 @@ from typing import Any
 
 from bench import baselines, product
 from bench.harness import Row, log
-from bench.procs import descendants, pss_kb, rss_kb
+from bench.procs import descendants, memory_of
 
 NAME = "memory"
 COUNT = 40
 GOAL_MIB = 10.0
 BUDGET_KIB = 10 * 1024 * 1024  # 10 GiB
-
-
-def _pss(pids: list[int]) -> dict[str, Any]:
-    pss = [pss_kb(pid) for pid in pids]
-    rss = [rss_kb(pid) for pid in pids]
-    measured = [p for p in pss if p is not None]
-    return {
-        "processes": len(pids),
-        "measured": len(measured),
-        "pssKiBTotal": sum(measured),
-        "pssMiBPerProcess": sum(measured) / len(measured) / 1024 if measured else float("nan"),
-        "rssMiBPerProcess": (sum(r for r in rss if r) / max(1, len([r for r in rss if r])) / 1024),
-    }
 
 
 def _product() -> dict[str, Any]:
@@ -52,9 +39,9 @@ def _product() -> dict[str, Any]:
         agent_pids = [pids[n] for n in names if n in pids]
         assert daemon.proc is not None
         others = [p for p in descendants(daemon.proc.pid) if p not in set(pids.values())]
-        result = _pss(agent_pids)
-        result["helpers"] = _pss(others)
-        result["orchestrator"] = _pss([daemon.proc.pid])
+        result = memory_of(agent_pids)
+        result["helpers"] = memory_of(others)
+        result["orchestrator"] = memory_of([daemon.proc.pid])
     return result
 
 
@@ -64,13 +51,13 @@ def _baselines() -> dict[str, Any]:
         log(f"memory: {COUNT} bare python -c processes")
         _, lat, pids = spawner.spawn(COUNT)
         time.sleep(1.0)
-        out["subprocess"] = _pss(pids)
+        out["subprocess"] = memory_of(pids)
         spawner.close()
         forker = baselines.Forker(procs, sink)
         log(f"memory: {COUNT} os.fork children")
         _, pids = forker.spawn(COUNT)
         time.sleep(1.0)
-        out["fork"] = _pss(pids)
+        out["fork"] = memory_of(pids)
         out["fork"]["preloaded"] = forker.preloaded
         forker.kill_children(pids)
     return out

@@ -44,7 +44,7 @@ from bench import baselines, product
 from bench.driver import Driver
 from bench.fig_scale import Wave, bare_wave, lost_note, product_wave, run_waves
 from bench.harness import Row, log
-from bench.procs import PYTHON, Procs, descendants, pss_kb, rss_kb, short_tmpdir
+from bench.procs import PYTHON, Procs, descendants, memory_of, short_tmpdir
 
 NAME = "scale1000"
 P99_GOAL_RATIO = 1.3  # of the bare broker's p99 in the same run
@@ -74,19 +74,6 @@ def _waves(
     )
 
 
-def _memory(pids: list[int]) -> dict[str, Any]:
-    pss = [pss_kb(pid) for pid in pids]
-    rss = [rss_kb(pid) for pid in pids]
-    measured = [p for p in pss if p is not None]
-    return {
-        "processes": len(pids),
-        "measured": len(measured),
-        "pssMiBSum": sum(measured) / 1024,
-        "rssMiBSum": sum(r for r in rss if r) / 1024,
-        "pssMiBPerAgent": sum(measured) / len(measured) / 1024 if measured else math.nan,
-    }
-
-
 def _product(names: list[str], rounds: int) -> dict[str, Any]:
     with product.driven_run(["driver", *names], names[0], stop_timeout_s=90) as (
         _,
@@ -107,9 +94,9 @@ def _product(names: list[str], rounds: int) -> dict[str, Any]:
         assert daemon.proc is not None
         agent_set = set(table.values())
         helpers = [p for p in descendants(daemon.proc.pid) if p not in agent_set]
-        idle = _memory(pids)
-        helper_pss = sum(pss_kb(p) or 0 for p in helpers) / 1024
-        daemon_pss = (pss_kb(daemon.proc.pid) or 0) / 1024
+        idle = memory_of(pids)
+        helper_pss = memory_of(helpers)["pssMiBSum"]
+        daemon_pss = memory_of([daemon.proc.pid])["pssMiBSum"]
         result = _waves(drv, names, rounds, "product", pids, bare=False)
         result["startup"] = startup
         result["startLost"] = len(names) - first.ok
@@ -118,7 +105,7 @@ def _product(names: list[str], rounds: int) -> dict[str, Any]:
         time.sleep(1.0)
         drv.beat()
         result["memoryIdle"] = idle
-        result["memoryAfter"] = _memory(pids)
+        result["memoryAfter"] = memory_of(pids)
         result["helpersPssMiB"] = helper_pss
         result["orchestratorPssMiB"] = daemon_pss
     return result
@@ -154,7 +141,7 @@ def _bare(names: list[str], rounds: int) -> dict[str, Any]:
             startup = {"seconds": time.monotonic() - started, "answered": len(names)}
             result = _waves(drv, names, rounds, "bare", pids, bare=True)
             result["startup"] = startup
-            result["memoryAfter"] = _memory(pids)
+            result["memoryAfter"] = memory_of(pids)
     return result
 
 
@@ -246,12 +233,12 @@ def run(quick: bool) -> list[Row]:
         Row(
             f"14 idle PSS per agent ({agents:,} agents)",
             "MiB",
-            idle["pssMiBPerAgent"],
+            idle["pssMiBPerProcess"],
             None,
             goal=f"<= {PSS_GOAL_MIB:g} MiB",
             judge=lambda p, b, r: p <= PSS_GOAL_MIB,
             note=f"after one turn and 1 s idle, {idle['measured']} agents; "
-            f"{after['pssMiBPerAgent']:.2f} MiB after the waves; template and helpers "
+            f"{after['pssMiBPerProcess']:.2f} MiB after the waves; template and helpers "
             f"{prod['helpersPssMiB']:.1f} MiB, orchestrator {prod['orchestratorPssMiB']:.1f} MiB",
         ),
         Row(

@@ -151,6 +151,21 @@ def rss_kb(pid: int) -> int | None:
     return None
 
 
+def memory_of(pids: list[int]) -> dict[str, Any]:
+    """The processes' PSS and RSS, summed and per process (those gone are left out)."""
+    pss = [p for p in (pss_kb(pid) for pid in pids) if p is not None]
+    rss = [r for r in (rss_kb(pid) for pid in pids) if r]
+    return {
+        "processes": len(pids),
+        "measured": len(pss),
+        "pssKiBTotal": sum(pss),
+        "pssMiBSum": sum(pss) / 1024,
+        "rssMiBSum": sum(rss) / 1024,
+        "pssMiBPerProcess": sum(pss) / len(pss) / 1024 if pss else float("nan"),
+        "rssMiBPerProcess": sum(rss) / max(1, len(rss)) / 1024,
+    }
+
+
 def cpu_seconds(pids: list[int]) -> tuple[float, float]:
     """(user, system) CPU seconds the processes have used so far, from /proc/PID/stat (those
     gone are left out)."""
