@@ -18,7 +18,7 @@ import contextlib
 import contextvars
 import time
 import types
-from collections.abc import Callable, Collection, Generator
+from collections.abc import Callable, Collection, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,7 +26,7 @@ import fastjsonschema
 import msgspec
 import structlog
 
-from agentproc.deadlines import Deadlines
+from agentproc.deadlines import Deadline, Deadlines
 from agentproc.messages import ToolCall
 from agentproc.tool_args import ArgumentsError, parse_arguments, problems, summarize
 from agentproc.tool_registry import ToolEntry, ToolRegistry
@@ -190,12 +190,19 @@ class ToolExecutor:
     async def _wait(self, runner: Runner, signal: Any, ctx: ToolContext, when: float) -> None:
         """The rest of an async handler that waited on the loop (it yielded `signal`), under
         its deadline `when`; TimeoutError past it."""
+        with self._deadline(ctx, when):
+            await _resume(runner, signal)
+
+    @contextlib.contextmanager
+    def _deadline(self, ctx: ToolContext, when: float) -> Iterator[Deadline]:
+        """The current task is cancelled at `when`, which the block sees as TimeoutError (a
+        cancel from anyone else stays a cancel); `ctx.cancelled` is set either way."""
         task = asyncio.current_task()
         assert task is not None
         cancelling = task.cancelling()
         watched = self._deadlines.watch(task, when)
         try:
-            await _resume(runner, signal)
+            yield watched
         except asyncio.CancelledError:
             ctx._cancel()
             if watched.expired and task.uncancel() <= cancelling:
@@ -208,11 +215,7 @@ class ToolExecutor:
         self, entry: ToolEntry, args: dict[str, Any], ctx: ToolContext, timeout_ms: int
     ) -> Any:
         """The handler's output; TimeoutError past `timeout_ms`."""
-        task = asyncio.current_task()
-        assert task is not None
-        cancelling = task.cancelling()
-        watched = self._deadlines.watch(task, time.monotonic() + timeout_ms / 1000)
-        try:
+        with self._deadline(ctx, time.monotonic() + timeout_ms / 1000) as watched:
             if entry.is_async:
                 return await entry.handler(ctx, args)
             self._check_threads(entry.name)
@@ -228,13 +231,6 @@ class ToolExecutor:
                 ctx._cancel()  # the thread runs on: `ctx.cancelled` tells the handler to stop
                 self._abandon(entry.name, future, timeout_ms, timed_out=watched.expired)
                 raise
-        except asyncio.CancelledError:
-            ctx._cancel()
-            if watched.expired and task.uncancel() <= cancelling:
-                raise TimeoutError from None  # our deadline, and nobody else cancelled
-            raise
-        finally:
-            self._deadlines.end(watched)
 
     def _check_threads(self, name: str) -> None:
         """Refuse a sync call while its tool, or too many tools, have timed-out calls running."""
