@@ -14,7 +14,6 @@ import msgspec
 import structlog
 
 from agentproc.approvals import ApprovalWaits
-from agentproc.conversation import delete_conversation
 from agentproc.counters import COUNTERS
 from agentproc.instance import Instance
 from agentproc.instance_queues import InstanceQueues
@@ -30,7 +29,7 @@ from agentproc.turn import (
     find_request,
     run_turn,
 )
-from goondan.paths import BadInstanceKey, StatePaths, StorageError
+from goondan.paths import BadInstanceKey, StatePaths, StorageError, delete_conversation
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire, zmtp
 from ipc.credential import properties

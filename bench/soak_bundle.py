@@ -15,7 +15,8 @@ from pathlib import Path
 
 import msgspec
 
-from agentproc.conversation import conversation_stored, read_messages
+from agentproc.conversation import read_messages
+from goondan.paths import conversation_stored
 from ipc.error_codes import ErrorCode
 
 LEDGER_TOOL = '''"""Soak ledger: one line per turn that reached this tool (O_APPEND)."""

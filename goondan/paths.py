@@ -13,6 +13,7 @@ name per key and never the same for two.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -212,3 +213,63 @@ class SwarmPaths(msgspec.Struct, frozen=True):
     def agent_dir(self, agent: str) -> Path:
         """What an agent keeps across its instances (its runtime events)."""
         return self.instances.parent / "agents" / storage_name(agent)
+
+
+# -- conversations on disk: `<agent>+events.jsonl` beside `<agent>/` (agentproc.conversation) --
+
+EVENTS_SUFFIX = "+events.jsonl"
+BASE_SUFFIX = "+base.jsonl"
+_LEGACY_EVENTS = "events.jsonl"  # inside the instance's directory, before `+events.jsonl`
+_LEGACY_BASE = "base.jsonl"
+
+
+def conversation_files(directory: Path) -> tuple[Path, Path, bool]:
+    """(base, events, legacy) of the conversation of the instance directory `directory`
+    (`instances/<key>/<agent>`): its files beside the directory, or inside it when a
+    conversation was stored there before (`legacy`), and nothing beside it was."""
+    home, name = directory.parent, directory.name
+    base, events = home / (name + BASE_SUFFIX), home / (name + EVENTS_SUFFIX)
+    if not (events.exists() or base.exists()):
+        old_base, old_events = directory / _LEGACY_BASE, directory / _LEGACY_EVENTS
+        if old_events.exists() or old_base.exists():
+            return old_base, old_events, True
+    return base, events, False
+
+
+def conversation_stored(directory: Path) -> bool:
+    """Whether the instance directory `directory` has a conversation on disk, in either
+    layout."""
+    base, events, _ = conversation_files(directory)
+    return events.exists() or base.exists()
+
+
+def stored_agents(instance_dir: Path) -> list[Path]:
+    """The instance directories (`instances/<key>/<agent>`, made yet or not) of the agents
+    that keep something under the instance key's directory `instance_dir`, a conversation in
+    either layout or a directory, sorted by name."""
+    names: set[str] = set()
+    try:
+        entries = list(instance_dir.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        for suffix in (EVENTS_SUFFIX, BASE_SUFFIX):
+            if entry.name.endswith(suffix):
+                names.add(entry.name.removesuffix(suffix))
+                break
+        else:
+            if entry.is_dir():
+                names.add(entry.name)
+    return [instance_dir / name for name in sorted(names)]
+
+
+def delete_conversation(directory: Path) -> bool:
+    """Remove what the instance directory `directory` keeps: the directory and the
+    conversation beside it. False when there was nothing."""
+    existed = directory.exists()
+    shutil.rmtree(directory, ignore_errors=True)
+    for suffix in (EVENTS_SUFFIX, BASE_SUFFIX, BASE_SUFFIX + ".tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            directory.with_name(directory.name + suffix).unlink()
+            existed = True
+    return existed

@@ -552,7 +552,7 @@ class Daemon:
         was_running = slot.process is not None
         await self.supervisor.stop(name, self._shutdown_sender("restart"), self.grace_s)
         if fresh:
-            from agentproc.conversation import delete_conversation
+            from goondan.paths import delete_conversation
 
             agent = storage_name(name)
             for key in (self.paths.swarm_dir(self.swarm.name) / "instances").glob("*"):

@@ -11,11 +11,18 @@ from typing import Any
 
 import msgspec
 
-from agentproc.conversation import conversation_files, read_messages, stored_agents
+from agentproc.conversation import read_messages
 from goondan.cli.client import ControlClient, daemon_running
 from goondan.cli.prompt import confirm, declined
 from goondan.cli.transcript import render_conversation
-from goondan.paths import BadInstanceKey, StatePaths, key_of, storage_name
+from goondan.paths import (
+    BadInstanceKey,
+    StatePaths,
+    conversation_files,
+    key_of,
+    storage_name,
+    stored_agents,
+)
 from goondan.settings import DEFAULTS
 from ipc import wire
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentproc.conversation import read_messages, stored_agents
+from agentproc.conversation import read_messages
 from agentproc.messages import Message
-from goondan.paths import StatePaths
+from goondan.paths import StatePaths, stored_agents
 
 _MAX = 160
 # `instance show` cuts a content past this many lines or characters (--full shows it whole).

@@ -304,7 +304,7 @@ class Studio:
     def _instances(self) -> list[dict[str, Any]]:
         directory = self.paths.swarm_dir(self._swarm()) / "instances"
         rows: list[dict[str, Any]] = []
-        from agentproc.conversation import conversation_files, stored_agents
+        from goondan.paths import conversation_files, stored_agents
 
         for instance in directory.glob("*"):
             found = stored_agents(instance)
@@ -331,7 +331,8 @@ class Studio:
             return web.json_response({"error": str(exc)}, status=400)
         directory = self.paths.conversation_dir(self._swarm(), key, agent)
         # The agent runtime's own reader: the same replay (base, events, folds) it does.
-        from agentproc.conversation import conversation_stored, read_messages
+        from agentproc.conversation import read_messages
+        from goondan.paths import conversation_stored
 
         if not (directory.is_dir() or conversation_stored(directory)):
             return web.json_response({"error": f"no conversation {key}/{agent}"}, status=404)

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from agentproc.conversation import conversation_stored, read_messages
+from agentproc.conversation import read_messages
 from agentproc.messages import Message
+from goondan.paths import conversation_stored
 from tests.e2e.conftest import GOONDAN, Daemon, pid_alive, wait_for, write_bundle
 
 BUNDLE = """\

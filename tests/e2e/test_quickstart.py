@@ -2,7 +2,8 @@
 
 import json
 
-from agentproc.conversation import read_messages, stored_agents
+from agentproc.conversation import read_messages
+from goondan.paths import stored_agents
 from tests.e2e.conftest import QUICKSTART, goondan
 
 

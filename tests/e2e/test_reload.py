@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from agentproc.conversation import conversation_stored
+from goondan.paths import conversation_stored
 from tests.e2e.conftest import QUICKSTART, wait_for
 
 

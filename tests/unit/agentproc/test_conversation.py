@@ -3,14 +3,9 @@ import signal
 import subprocess
 import sys
 
-from agentproc.conversation import (
-    Conversation,
-    conversation_stored,
-    delete_conversation,
-    read_messages,
-    stored_agents,
-)
+from agentproc.conversation import Conversation, read_messages
 from agentproc.messages import Message, ToolCall
+from goondan.paths import conversation_stored, delete_conversation, stored_agents
 
 
 def test_events_survive_without_a_fold(tmp_path):
