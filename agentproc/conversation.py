@@ -83,14 +83,18 @@ _message_decoder = msgspec.json.Decoder(Message)
 
 
 class Conversation:
-    def __init__(self, directory: Path, *, fsync_events: bool = False) -> None:
+    def __init__(self, directory: Path, *, fsync_events: bool = False, new: bool = False) -> None:
         """`directory` is the instance's (`instances/<key>/<agent>`): the conversation's
-        files go beside it (see the module doc; `stored` finds older ones)."""
+        files go beside it (see the module doc; `stored` finds older ones). `new`: the caller
+        knows the instance key's directory is not there, so nothing is stored: the first
+        write makes the directory without first trying to open the file in it."""
         self.directory = directory
         home, name = directory.parent, directory.name
         self.base_path = home / (name + BASE_SUFFIX)
         self.events_path = home / (name + EVENTS_SUFFIX)
         self._legacy = False  # stored inside the instance's directory, the older layout
+        self._located = new  # `stored` has looked for the files (or there are none, `new`)
+        self._new_home = new  # the key's directory is still to be made
         self._fsync_events = fsync_events
         self._events_fd: int | None = None
         self._events_end = 0  # the events file's size, while `_events_fd` is open
@@ -107,7 +111,8 @@ class Conversation:
         return self._dirty
 
     def load(self) -> list[Message]:
-        self.stored()  # which layout
+        if not self._located:
+            self.stored()  # which layout
         data = _read(self.events_path)
         self.messages, whole = _replay(_read(self.base_path), data)
         self._requests = None
@@ -123,6 +128,7 @@ class Conversation:
     def stored(self) -> bool:
         """Whether this conversation is on disk: beside the instance's directory, or inside it
         in the older layout (then it stays there: its files are read and written in place)."""
+        self._located = True
         if self.events_path.exists() or self.base_path.exists():
             return True
         if not self.directory.is_dir():  # a new instance: no older layout to look for
@@ -233,7 +239,8 @@ class Conversation:
             self.flush()
 
     def _open_events(self) -> int:
-        fd = self._events_fd = open_append(self.events_path)
+        fd = self._events_fd = open_append(self.events_path, new_directory=self._new_home)
+        self._new_home = False
         self._events_end = os.fstat(fd).st_size  # only this process appends to it
         return fd
 

@@ -26,6 +26,7 @@ from agentproc.extension_state import ExtensionStateStore
 from agentproc.messages import Message
 from agentproc.runtime_events import RuntimeEventLog
 from agentproc.tool_jobs import ToolJobs
+from goondan.paths import recorded_cwd
 from goondan.settings import DEFAULTS
 
 
@@ -39,14 +40,19 @@ class Instance:
         fsync_events: bool = False,
         events: RuntimeEventLog | None = None,
         inbox_limit: int = DEFAULTS.agent.inbox_limit,
+        new: bool = False,
     ) -> None:
-        """`events`: the agent process's runtime event log; without one (an instance on its
-        own, as in tests), a log in the instance's directory. Past `inbox_limit` messages
-        waiting for the next step, the oldest is dropped."""
+        """`workdir`: the tools' working directory, unless `agents__spawn(cwd=...)` recorded
+        another for the instance (`load` reads it). `events`: the agent process's runtime
+        event log; without one (an instance on its own, as in tests), a log in the instance's
+        directory. Past `inbox_limit` messages waiting for the next step, the oldest is
+        dropped. `new`: the caller knows nothing of it is stored (the instance key's directory
+        is not there), so `load` looks for nothing."""
         self.key = key
         self.directory = directory
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
-        self.conversation = Conversation(directory, fsync_events=fsync_events)
+        self._new = new
+        self.conversation = Conversation(directory, fsync_events=fsync_events, new=new)
         self._own_events = events is None
         self.events = RuntimeEventLog(directory) if events is None else events
         self.state = ExtensionStateStore(directory / "extensions", durable=fsync_events)
@@ -56,10 +62,17 @@ class Instance:
         self.last_turn_at = 0.0  # time.monotonic() when the last turn ended
 
     def load(self) -> Instance:
-        if not (self.conversation.stored() or self.directory.is_dir()):
-            return self  # a new instance: nothing stored yet (files come when written)
-        self.conversation.load()
-        self.jobs.load(self.conversation.messages)
+        """Read what is stored of the instance; a new one has nothing yet (files come when
+        written). A new conversation costs a look for each file it could have, so there are
+        as few looks as the layout allows: none for a `new` instance, and nothing inside the
+        instance's directory when that is not there."""
+        if self._new:
+            return self
+        if self.conversation.stored():
+            self.conversation.load()
+        if self.directory.is_dir():  # its other state, if any (pending tool jobs, a cwd)
+            self.workdir = recorded_cwd(self.directory) or self.workdir
+            self.jobs.load(self.conversation.messages)
         return self
 
     def deliver(self, message: Message) -> None:

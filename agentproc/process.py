@@ -331,10 +331,12 @@ class AgentProcess:
         instance = self._instances[key] = Instance(
             key,
             directory,
-            workdir=self._dirs.instance_workdir(key, self.name),
+            workdir=self._dirs.workdir(key),
             fsync_events=self.durability == "fsync",
             events=self.events,
             inbox_limit=self._inbox_limit,
+            # No directory for the key (the usual new conversation): nothing to look for.
+            new=not directory.parent.is_dir(),
         ).load()
         if len(self._instances) > self._max_loaded:
             self._unload_least_recent()

@@ -199,16 +199,7 @@ class SwarmPaths(msgspec.Struct, frozen=True):
 
     def cwd_file(self, instance_key: str, agent: str) -> Path:
         """Where `agents__spawn` records the working directory it gave an instance."""
-        return self.conversation_dir(instance_key, agent) / "cwd"
-
-    def instance_workdir(self, instance_key: str, agent: str) -> Path:
-        """The tools' working directory of an instance: the one `agents__spawn(cwd=...)` gave
-        it, or its own workspace."""
-        try:
-            recorded = self.cwd_file(instance_key, agent).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            recorded = ""
-        return Path(recorded) if recorded else self.workdir(instance_key)
+        return self.conversation_dir(instance_key, agent) / CWD_FILE
 
     def agent_dir(self, agent: str) -> Path:
         """What an agent keeps across its instances (its runtime events)."""
@@ -221,6 +212,7 @@ EVENTS_SUFFIX = "+events.jsonl"
 BASE_SUFFIX = "+base.jsonl"
 _LEGACY_EVENTS = "events.jsonl"  # inside the instance's directory, before `+events.jsonl`
 _LEGACY_BASE = "base.jsonl"
+CWD_FILE = "cwd"  # in the instance's directory: the working directory `agents__spawn` gave it
 
 
 def conversation_files(directory: Path) -> tuple[Path, Path, bool]:
@@ -234,6 +226,16 @@ def conversation_files(directory: Path) -> tuple[Path, Path, bool]:
         if old_events.exists() or old_base.exists():
             return old_base, old_events, True
     return base, events, False
+
+
+def recorded_cwd(directory: Path) -> Path | None:
+    """The tools' working directory `agents__spawn(cwd=...)` recorded for the instance
+    directory `directory` (`instances/<key>/<agent>`), if it recorded one."""
+    try:
+        recorded = (directory / CWD_FILE).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return Path(recorded) if recorded else None
 
 
 def conversation_stored(directory: Path) -> bool:

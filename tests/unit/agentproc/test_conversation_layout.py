@@ -61,3 +61,20 @@ async def test_a_conversation_of_the_older_layout_goes_on_where_it_is(tmp_path: 
         ]
         assert (await drop(orchestrator, "old")).dropped
         assert list(directory.parent.iterdir()) == []
+
+
+async def test_a_new_conversation_joins_a_key_another_agent_uses(tmp_path: Path) -> None:
+    paths = StatePaths.at(tmp_path / "state")
+    key_dir = paths.instance_dir(SWARM, "shared")
+    key_dir.mkdir(parents=True)
+    (key_dir / "other+events.jsonl").write_bytes(OLDER_EVENTS)
+    async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
+        answer = await orchestrator.ask("shared", "hello")
+        assert answer.status == "ok"
+        assert sorted(p.name for p in key_dir.iterdir()) == [
+            f"{AGENT}+events.jsonl",
+            "other+events.jsonl",
+        ]
+        stored = read_messages(paths.conversation_dir(SWARM, "shared", AGENT))
+        assert [m.content for m in stored] == ["hello", "You said: hello"]
+        assert (key_dir / "other+events.jsonl").read_bytes() == OLDER_EVENTS

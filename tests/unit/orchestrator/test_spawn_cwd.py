@@ -4,7 +4,8 @@ from pathlib import Path
 
 import msgspec
 
-from goondan.paths import StatePaths
+from agentproc.instance import Instance
+from goondan.paths import StatePaths, SwarmPaths
 from ipc import wire
 from orchestrator.instances import InstanceRegistry
 
@@ -17,6 +18,13 @@ def spawn(registry: InstanceRegistry, **args: object) -> wire.ControlReply:
     return registry.handle("a", control("spawn", {"target": "b", "owner": "o", **args}), {"a", "b"})
 
 
+def workdir_of(dirs: SwarmPaths, key: str, agent: str) -> Path:
+    """The tools' working directory the agent's process gives the instance when it loads it."""
+    directory = dirs.conversation_dir(key, agent)
+    new = not directory.parent.is_dir()
+    return Instance(key, directory, workdir=dirs.workdir(key), new=new).load().workdir
+
+
 def test_a_spawned_cwd_becomes_the_instance_workdir(tmp_path: Path) -> None:
     dirs = StatePaths(tmp_path).swarm("default")
     registry = InstanceRegistry(dirs)
@@ -24,9 +32,9 @@ def test_a_spawned_cwd_becomes_the_instance_workdir(tmp_path: Path) -> None:
     reply = spawn(registry, instanceKey="job", cwd=str(here))
     assert reply.ok and isinstance(reply.result, wire.Spawned)
     assert reply.result.cwd == str(here)
-    assert dirs.instance_workdir("job", "b") == here
-    assert dirs.instance_workdir("job", "a") == dirs.workdir("job")  # only the target's
-    assert dirs.instance_workdir("other", "b") == dirs.workdir("other")
+    assert workdir_of(dirs, "job", "b") == here
+    assert workdir_of(dirs, "job", "a") == dirs.workdir("job")  # only the target's
+    assert workdir_of(dirs, "other", "b") == dirs.workdir("other")
     listed = registry.handle("a", control("list", {"owner": "o"}), {"a", "b"})
     assert isinstance(listed.result, wire.Listed) and listed.result.agents[0].cwd == str(here)
 
