@@ -39,6 +39,7 @@ import msgspec
 
 from agentproc.files import fsync_dir, open_append
 from agentproc.messages import Message
+from agentproc.spare_files import SpareFiles
 from goondan.paths import BASE_SUFFIX, EVENTS_SUFFIX, StorageError, conversation_files
 from ipc.error_codes import ErrorCode
 
@@ -83,11 +84,19 @@ _message_decoder = msgspec.json.Decoder(Message)
 
 
 class Conversation:
-    def __init__(self, directory: Path, *, fsync_events: bool = False, new: bool = False) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        fsync_events: bool = False,
+        new: bool = False,
+        spares: SpareFiles | None = None,
+    ) -> None:
         """`directory` is the instance's (`instances/<key>/<agent>`): the conversation's
         files go beside it (see the module doc; `stored` finds older ones). `new`: the caller
         knows the instance key's directory is not there, so nothing is stored: the first
-        write makes the directory without first trying to open the file in it."""
+        write makes the directory without first trying to open the file in it. `spares`: the
+        agent's files made ahead, one of which a new conversation's first write takes."""
         self.directory = directory
         home, name = directory.parent, directory.name
         self.base_path = home / (name + BASE_SUFFIX)
@@ -95,6 +104,8 @@ class Conversation:
         self._legacy = False  # stored inside the instance's directory, the older layout
         self._located = new  # `stored` has looked for the files (or there are none, `new`)
         self._new_home = new  # the key's directory is still to be made
+        self._new_file = new  # the events file is still to be made (`stored` found none)
+        self._spares = spares
         self._fsync_events = fsync_events
         self._events_fd: int | None = None
         self._events_end = 0  # the events file's size, while `_events_fd` is open
@@ -131,9 +142,9 @@ class Conversation:
         self._located = True
         if self.events_path.exists() or self.base_path.exists():
             return True
-        if not self.directory.is_dir():  # a new instance: no older layout to look for
-            return False
-        self.base_path, self.events_path, self._legacy = conversation_files(self.directory)
+        if self.directory.is_dir():  # perhaps the older layout
+            self.base_path, self.events_path, self._legacy = conversation_files(self.directory)
+        self._new_file = not self._legacy
         return self._legacy
 
     def request_position(self, request_id: str) -> int | None:
@@ -239,8 +250,10 @@ class Conversation:
             self.flush()
 
     def _open_events(self) -> int:
+        if self._new_file and self._spares is not None and self._spares.take(self.events_path):
+            self._new_home = False
         fd = self._events_fd = open_append(self.events_path, new_directory=self._new_home)
-        self._new_home = False
+        self._new_home = self._new_file = False
         self._events_end = os.fstat(fd).st_size  # only this process appends to it
         return fd
 

@@ -25,6 +25,7 @@ from agentproc.conversation import Conversation
 from agentproc.extension_state import ExtensionStateStore
 from agentproc.messages import Message
 from agentproc.runtime_events import RuntimeEventLog
+from agentproc.spare_files import SpareFiles
 from agentproc.tool_jobs import ToolJobs
 from goondan.paths import recorded_cwd
 from goondan.settings import DEFAULTS
@@ -41,18 +42,22 @@ class Instance:
         events: RuntimeEventLog | None = None,
         inbox_limit: int = DEFAULTS.agent.inbox_limit,
         new: bool = False,
+        spares: SpareFiles | None = None,
     ) -> None:
         """`workdir`: the tools' working directory, unless `agents__spawn(cwd=...)` recorded
         another for the instance (`load` reads it). `events`: the agent process's runtime
         event log; without one (an instance on its own, as in tests), a log in the instance's
         directory. Past `inbox_limit` messages waiting for the next step, the oldest is
         dropped. `new`: the caller knows nothing of it is stored (the instance key's directory
-        is not there), so `load` looks for nothing."""
+        is not there), so `load` looks for nothing. `spares`: the agent's files made ahead
+        for new conversations (`spare_files`)."""
         self.key = key
         self.directory = directory
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
         self._new = new
-        self.conversation = Conversation(directory, fsync_events=fsync_events, new=new)
+        self.conversation = Conversation(
+            directory, fsync_events=fsync_events, new=new, spares=spares
+        )
         self._own_events = events is None
         self.events = RuntimeEventLog(directory) if events is None else events
         self.state = ExtensionStateStore(directory / "extensions", durable=fsync_events)

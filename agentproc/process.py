@@ -21,6 +21,7 @@ from agentproc.log_limit import LogLimit
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
+from agentproc.spare_files import SpareFiles
 from agentproc.turn import (
     AgentDefinition,
     TurnCancel,
@@ -29,7 +30,14 @@ from agentproc.turn import (
     find_request,
     run_turn,
 )
-from goondan.paths import BadInstanceKey, StatePaths, StorageError, delete_conversation
+from goondan.paths import (
+    EVENTS_SUFFIX,
+    BadInstanceKey,
+    StatePaths,
+    StorageError,
+    delete_conversation,
+    storage_name,
+)
 from goondan.settings import DEFAULTS, Settings
 from ipc import wire, zmtp
 from ipc.credential import properties
@@ -126,6 +134,10 @@ class AgentProcess:
             flush_after_s=storage.runtime_events_flush_after_s,
             flush_slack_s=storage.runtime_events_flush_slack_s,
             flush_count=storage.runtime_events_flush_count,
+        )
+        own = storage_name(self.name)
+        self.spares = SpareFiles(  # new conversations' files, made ahead
+            self._dirs.spares / own, own + EVENTS_SUFFIX, count=agent.spare_conversations
         )
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._stop = asyncio.Event()
@@ -337,6 +349,7 @@ class AgentProcess:
             inbox_limit=self._inbox_limit,
             # No directory for the key (the usual new conversation): nothing to look for.
             new=not directory.parent.is_dir(),
+            spares=self.spares,
         ).load()
         if len(self._instances) > self._max_loaded:
             self._unload_least_recent()
@@ -465,6 +478,8 @@ class AgentProcess:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
         self.events.write_if_due()  # after the answer
+        if self.spares.wanted() and not self.queues.has_queued(key):
+            self.spares.refill()
 
     def _updates_for(self, job: Job) -> UpdateSink | None:
         """Streamed text and tool progress go to the requester, under the request's id."""
@@ -542,6 +557,7 @@ class AgentProcess:
             await self.definition.bus.aclose()  # extensions' async event handlers
         for instance in self._instances.values():
             instance.close()
+        self.spares.close()
         self.events.close()
         self.definition.executor.close()
         # The last turns' counts, before the process is gone.

@@ -6,6 +6,7 @@
 <root>/swarms/<swarm>/instances/<instanceKey>/<agent>/   its other state, made when needed
 <root>/swarms/<swarm>/agents/<agent>/                     the agent's runtime events
 <root>/swarms/<swarm>/workspaces/<instanceKey>/          tool working directory
+<root>/swarms/<swarm>/spares/<agent>/                     new conversations' files made ahead
 
 Every `<instanceKey>`, `<swarm>` and `<agent>` above is its `storage_name`, one directory
 name per key and never the same for two.
@@ -151,7 +152,7 @@ class StatePaths(msgspec.Struct, frozen=True):
 
     def swarm(self, swarm: str) -> SwarmPaths:
         directory = self.swarm_dir(swarm)
-        return SwarmPaths(directory / "instances", directory / "workspaces")
+        return SwarmPaths(directory / "instances", directory / "workspaces", directory / "spares")
 
     def instance_dir(self, swarm: str, instance_key: str) -> Path:
         return self.swarm(swarm).instance_dir(instance_key)
@@ -187,6 +188,7 @@ class SwarmPaths(msgspec.Struct, frozen=True):
 
     instances: Path
     workspaces: Path
+    spares: Path  # new conversations' files an agent made ahead (agentproc.spare_files)
 
     def instance_dir(self, instance_key: str) -> Path:
         return self.instances / storage_name(instance_key)

@@ -160,6 +160,15 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         msgspec.Meta(ge=1),
         _doc("instances loaded at once; past it, the least recently used is fsync'd and unloaded"),
     ] = 256
+    spare_conversations: Annotated[
+        int,
+        msgspec.Meta(ge=0, le=64),
+        _doc(
+            "new conversations' files an agent makes ahead, after a turn has answered, so that "
+            "a conversation's first answer does not wait for the file system to make them "
+            "(0: none)"
+        ),
+    ] = 2
     max_parked_workers: Annotated[
         int, msgspec.Meta(ge=0), _doc("idle instance workers kept for the next instances")
     ] = 8

@@ -1,0 +1,111 @@
+"""New conversations' files, made ahead while the agent has nothing to do.
+
+A new conversation needs an events file (`instances/<key>/<agent>+events.jsonl`) and, for a
+new instance key, the key's directory: one or two new inodes on the path of its first answer.
+On ext4 a new inode costs a look through the inode table past every inode freed in the last
+minutes, up to a millisecond after a large deletion (docs/performance.md, figure 7). So the
+agent keeps a few spares, each a directory holding an empty events file of the agent's,
+
+    <state-root>/swarms/<swarm>/spares/<agent>/<pid>-<n>/<agent>+events.jsonl
+
+and a new conversation renames one into place, which makes no inode: the directory becomes
+the key's when the key has none, or the file alone moves into the key's directory. The spares
+are made again after a turn has answered, and removed when the agent stops; those of an agent
+process that is gone (killed) are removed by the next process of the agent.
+
+Spares live beside `instances/`, on its file system (a rename cannot cross one), where nothing
+that lists instances looks. A spare is empty until it is in place, so a crash leaves at worst
+an empty conversation, as a crash between making the file and writing to it always could.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+from agentproc.files import open_append
+
+
+class SpareFiles:
+    def __init__(self, directory: Path, events_name: str, *, count: int) -> None:
+        """`directory`: the agent's in the swarm's `spares/`; `events_name`: the name its
+        conversations' events files have; `count`: how many to keep (0: none, every new
+        conversation makes its files)."""
+        self._directory = directory
+        self._prefix = f"{os.getpid()}-"
+        self._events_name = events_name
+        self._count = count
+        self._ready: list[Path] = []  # spares holding an empty events file
+        self._emptied: list[Path] = []  # spares whose file went into a key's directory
+        self._made = 0
+        self._swept = False
+
+    def take(self, events_path: Path) -> bool:
+        """Put an empty events file at `events_path` by renaming a spare into place. False
+        when none is ready or the rename fails: the caller makes the file as before."""
+        if not self._ready:
+            return False
+        spare = self._ready.pop()
+        with contextlib.suppress(OSError):
+            # A missing (or empty) directory of the key is replaced; one that holds other
+            # agents' conversations is not, and the file alone goes into it below.
+            os.rename(spare, events_path.parent)
+            return True
+        try:
+            os.rename(spare / self._events_name, events_path)
+        except OSError:
+            shutil.rmtree(spare, ignore_errors=True)
+            return False
+        self._emptied.append(spare)
+        return True
+
+    def wanted(self) -> bool:
+        return len(self._ready) < self._count
+
+    def refill(self) -> None:
+        """Make spares up to `count`. A failure (a full disk) stops it quietly: new
+        conversations then make their own files, and report the disk's error if it lasts."""
+        try:
+            if not self._swept:
+                self._sweep()
+            while len(self._ready) < self._count:
+                spare = self._emptied.pop() if self._emptied else self._new_directory()
+                os.close(open_append(spare / self._events_name))
+                self._ready.append(spare)
+        except OSError:
+            return
+
+    def close(self) -> None:
+        for spare in (*self._ready, *self._emptied):
+            shutil.rmtree(spare, ignore_errors=True)
+        self._ready.clear()
+        self._emptied.clear()
+
+    def _new_directory(self) -> Path:
+        self._made += 1
+        spare = self._directory / f"{self._prefix}{self._made}"
+        spare.mkdir(parents=True)
+        return spare
+
+    def _sweep(self) -> None:
+        """Remove the spares of this agent's processes that are gone."""
+        self._swept = True
+        # The key directories a spare becomes go into `instances/`: it must be there.
+        (self._directory.parent.parent / "instances").mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(self._directory):
+                pid, _, _ = entry.name.partition("-")
+                if pid.isdigit() and not _alive(int(pid)):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,102 @@
+"""New conversations' files made ahead (`agentproc.spare_files`): a new conversation renames a
+spare into place, spares are made again after a turn, and none outlive their process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+
+from agentproc.conversation import read_messages
+from agentproc.spare_files import SpareFiles
+from goondan.paths import StatePaths
+from goondan.settings import DEFAULTS
+from tests.unit.agentproc.agent_kit import AGENT, SWARM, running_agent
+
+EVENTS = f"{AGENT}+events.jsonl"
+OTHER = b'{"op":"append","message":{"id":"1","role":"user","content":"theirs"}}\n'
+
+
+def spare_dirs(paths: StatePaths) -> list[Path]:
+    home = paths.swarm(SWARM).spares / AGENT
+    return sorted(home.iterdir()) if home.is_dir() else []
+
+
+async def test_new_conversations_take_spares_made_after_a_turn(tmp_path: Path) -> None:
+    paths = StatePaths.at(tmp_path / "state")
+    shared = paths.instance_dir(SWARM, "shared")
+    shared.mkdir(parents=True)
+    (shared / "other+events.jsonl").write_bytes(OTHER)
+    async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
+        assert (await orchestrator.ask("first", "one")).status == "ok"
+        spares = spare_dirs(paths)
+        assert len(spares) == DEFAULTS.agent.spare_conversations
+        assert all([p.name for p in s.iterdir()] == [EVENTS] for s in spares)
+        assert all((s / EVENTS).stat().st_size == 0 for s in spares)
+
+        # A key with no directory gets a spare as its directory, file and all.
+        assert (await orchestrator.ask("fresh", "two")).status == "ok"
+        fresh = paths.instance_dir(SWARM, "fresh")
+        assert [p.name for p in fresh.iterdir()] == [EVENTS]
+        stored = read_messages(paths.conversation_dir(SWARM, "fresh", AGENT))
+        assert [m.content for m in stored] == ["two", "You said: two"]
+
+        # A key other agents use gets the spare's file alone; theirs is untouched.
+        assert (await orchestrator.ask("shared", "three")).status == "ok"
+        assert sorted(p.name for p in shared.iterdir()) == [EVENTS, "other+events.jsonl"]
+        assert (shared / "other+events.jsonl").read_bytes() == OTHER
+        stored = read_messages(paths.conversation_dir(SWARM, "shared", AGENT))
+        assert [m.content for m in stored] == ["three", "You said: three"]
+
+        # Made again after each turn, and never shared with a conversation.
+        spares = spare_dirs(paths)
+        assert len(spares) == DEFAULTS.agent.spare_conversations
+        assert all((s / EVENTS).stat().st_size == 0 for s in spares)
+    assert spare_dirs(paths) == []  # removed when the agent stops
+
+
+async def test_no_spares_when_turned_off(tmp_path: Path) -> None:
+    paths = StatePaths.at(tmp_path / "state")
+    settings = msgspec.structs.replace(
+        DEFAULTS, agent=msgspec.structs.replace(DEFAULTS.agent, spare_conversations=0)
+    )
+    async with running_agent(tmp_path, "You said: {{input}}", settings=settings) as orchestrator:
+        for key in ("k1", "k2"):
+            assert (await orchestrator.ask(key, "hi")).status == "ok"
+        assert spare_dirs(paths) == []
+        stored = read_messages(paths.conversation_dir(SWARM, "k2", AGENT))
+        assert [m.content for m in stored] == ["hi", "You said: hi"]
+
+
+def test_spares_of_a_process_that_is_gone_are_removed(tmp_path: Path) -> None:
+    home = tmp_path / "swarm" / "spares" / AGENT
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    dead = home / f"{int(gone.stdout)}-1"
+    alive = home / f"{os.getppid()}-1"  # another process of the agent, still running
+    for spare in (dead, alive):
+        spare.mkdir(parents=True)
+        (spare / EVENTS).touch()
+    spares = SpareFiles(home, EVENTS, count=1)
+    spares.refill()
+    assert not dead.exists() and alive.is_dir()
+    assert (tmp_path / "swarm" / "instances").is_dir()  # where spares go, made beforehand
+    key_dir = tmp_path / "swarm" / "instances" / "k"
+    assert spares.take(key_dir / EVENTS)
+    assert [p.name for p in key_dir.iterdir()] == [EVENTS]
+    assert not spares.take(tmp_path / "swarm" / "instances" / "k2" / EVENTS)  # none left
+    spares.close()
+    assert sorted(p.name for p in home.iterdir()) == [alive.name]
+
+
+def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: Path) -> None:
+    blocker = tmp_path / "swarm" / "spares"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_bytes(b"")  # a file where the spares' directory should be
+    spares = SpareFiles(blocker / AGENT, EVENTS, count=2)
+    spares.refill()  # no exception: the agent goes on
+    assert spares.wanted()
+    assert not spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS)
