@@ -101,11 +101,15 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # wake-up of its own would cost more than the write. The timer, `flush_slack_s` after the batch
 # is due, is for a process with no turn by then: it writes while the agent is idle, rather than
 # in the first turn of the next burst, all at once with its peers (docs/performance.md,
-# "Measurements behind the code"). A batch also goes out at once when it holds `flush_count`
-# events, before a tool runs (which may take the process down: the evidence is on disk first),
-# on a failure, and at close. Events are encoded when written, all at once (their data is built
-# for them and never changed).
+# "Measurements behind the code"). A batch that holds `flush_count` events is due at once, so
+# it too waits for the answer: written in the middle of a turn, its encoding would be that
+# request's latency, one turn in every `flush_count / 4` (a turn has four events). One that
+# grows to `_HARD_LIMIT` times that (a turn of many tool calls) goes out in the middle. A batch
+# also goes out at once before a tool runs (which may take the process down: the evidence is
+# on disk first), on a failure, and at close. Events are encoded when written, all at once
+# (their data is built for them and never changed).
 _WRITE_NOW = frozenset({"tool.called", "tool.approval", "step.failed", "turn.failed"})
+_HARD_LIMIT = 4
 
 
 class RuntimeEventLog:
@@ -138,9 +142,12 @@ class RuntimeEventLog:
         self._dropped_bytes = 0  # dropped since then
 
     def emit(self, event: RuntimeEvent) -> None:
-        self._held.append(event)
-        if event.type in _WRITE_NOW or len(self._held) >= self._flush_count:
+        held = self._held
+        held.append(event)
+        if event.type in _WRITE_NOW or len(held) >= self._flush_count * _HARD_LIMIT:
             self.flush()
+        elif len(held) >= self._flush_count and self._timer is not None:
+            self.due = self._clock()  # written after the turn has answered (`write_if_due`)
         elif self._timer is None:
             try:
                 loop = asyncio.get_running_loop()

@@ -158,3 +158,29 @@ def test_a_batch_written_early_does_not_make_the_next_one_due_at_its_time(tmp_pa
         log.close()
 
     virtual_clock.run(main())
+
+
+def test_a_full_batch_is_written_after_the_turn_not_in_its_middle(tmp_path: Path) -> None:
+    async def main() -> None:
+        log = RuntimeEventLog(
+            tmp_path,
+            clock=asyncio.get_running_loop().time,
+            flush_after_s=60.0,
+            flush_slack_s=60.0,
+            flush_count=4,
+        )
+        for kind in ("turn.started", "step.started", "step.completed", "turn.completed"):
+            log.emit(_event(kind))
+        log.emit(_event("turn.started"))  # a fifth, in the same turn
+        assert _written(tmp_path) == []  # full, but the turn has not answered
+        log.write_if_due()  # after the answer: due at once, though its time is a minute away
+        assert _written(tmp_path)[:4] == ["turn.started", "step.started", "step.completed",
+                                          "turn.completed"]  # fmt: skip
+        for _ in range(4 * 4 - 1):  # a turn of many calls
+            log.emit(_event("tool.completed"))
+        assert len(_written(tmp_path)) == 5  # held while under four batches
+        log.emit(_event("tool.completed"))
+        assert len(_written(tmp_path)) == 5 + 4 * 4  # at four, written in the middle
+        log.close()
+
+    virtual_clock.run(main())
