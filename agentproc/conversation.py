@@ -98,9 +98,8 @@ class Conversation:
         write makes the directory without first trying to open the file in it. `spares`: the
         agent's files made ahead, one of which a new conversation's first write takes."""
         self.directory = directory
-        home, name = directory.parent, directory.name
-        self.base_path = home / (name + BASE_SUFFIX)
-        self.events_path = home / (name + EVENTS_SUFFIX)
+        self.events_path = directory.with_name(directory.name + EVENTS_SUFFIX)
+        self._base_path: Path | None = None  # made on first use: a new conversation has none
         self._legacy = False  # stored inside the instance's directory, the older layout
         self._located = new  # `stored` has looked for the files (or there are none, `new`)
         self._new_home = new  # the key's directory is still to be made
@@ -116,6 +115,12 @@ class Conversation:
         self.events_bytes = 0  # in events.jsonl: since the last fold
         self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
         self._fold_lock = threading.Lock()
+
+    @property
+    def base_path(self) -> Path:
+        if self._base_path is None:
+            self._base_path = self.directory.with_name(self.directory.name + BASE_SUFFIX)
+        return self._base_path
 
     @property
     def dirty(self) -> bool:
@@ -143,7 +148,7 @@ class Conversation:
         if self.events_path.exists() or self.base_path.exists():
             return True
         if self.directory.is_dir():  # perhaps the older layout
-            self.base_path, self.events_path, self._legacy = conversation_files(self.directory)
+            self._base_path, self.events_path, self._legacy = conversation_files(self.directory)
         self._new_file = not self._legacy
         return self._legacy
 

@@ -135,7 +135,7 @@ class AgentProcess:
             flush_slack_s=storage.runtime_events_flush_slack_s,
             flush_count=storage.runtime_events_flush_count,
         )
-        own = storage_name(self.name)
+        own = self._storage_name = storage_name(self.name)
         self.spares = SpareFiles(  # new conversations' files, made ahead
             self._dirs.spares / own, own + EVENTS_SUFFIX, count=agent.spare_conversations
         )
@@ -339,16 +339,16 @@ class AgentProcess:
         if instance is not None:
             self._instances.move_to_end(key)
             return instance
-        directory = self._dirs.conversation_dir(key, self.name)
+        key_dir = self._dirs.instance_dir(key)
         instance = self._instances[key] = Instance(
             key,
-            directory,
+            key_dir / self._storage_name,  # conversation_dir, without naming us again
             workdir=self._dirs.workdir(key),
             fsync_events=self.durability == "fsync",
             events=self.events,
             inbox_limit=self._inbox_limit,
             # No directory for the key (the usual new conversation): nothing to look for.
-            new=not directory.parent.is_dir(),
+            new=not os.path.isdir(key_dir),
             spares=self.spares,
         ).load()
         if len(self._instances) > self._max_loaded:

@@ -65,11 +65,16 @@ class ToolJobs:
         self, directory: Path, deliver: Callable[[Message], None], *, durable: bool = False
     ) -> None:
         """`durable`: the records are fsync'd before a save returns (`--durability fsync`)."""
-        self.path = directory / PENDING_FILE
+        self._directory = directory
         self._durable = durable
         self._deliver = deliver
         self._records: dict[str, JobRecord] = {}
         self._tasks: dict[str, asyncio.Future[Any]] = {}
+
+    @functools.cached_property
+    def path(self) -> Path:
+        """The records' file; made on first use (most instances never run a job)."""
+        return self._directory / PENDING_FILE
 
     # -- life cycle ------------------------------------------------------------------------
 
