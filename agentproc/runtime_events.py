@@ -38,7 +38,10 @@ ROTATED_FILE = EVENTS_FILE + ".1"  # the previous `rotate_bytes` of events
 DROP_WARN_S = 60.0  # at most one warning this often about events a full disk dropped
 
 
-class RuntimeEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+# Not tracked by the cyclic garbage collector: a batch holds hundreds until it is written, and
+# every collection meanwhile would walk them. An event's data is built for it, JSON-like, and
+# never refers back to it.
+class RuntimeEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", gc=False):
     type: str
     timestamp: str
     agent_name: str

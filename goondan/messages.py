@@ -15,13 +15,19 @@ import msgspec
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-class ToolCall(msgspec.Struct, frozen=True):
+# Not tracked by the cyclic garbage collector (`gc=False`): an agent holds every loaded
+# conversation's messages, and each collection would walk them all, a pause that grows with
+# the conversations loaded. A message cannot be part of a reference cycle: its fields are
+# text, tool calls and JSON-like metadata, and it is written to the conversation as JSON.
+
+
+class ToolCall(msgspec.Struct, frozen=True, gc=False):
     id: str
     name: str
     arguments: str  # the JSON text as the model produced it (may be malformed)
 
 
-class Message(msgspec.Struct, frozen=True, omit_defaults=True):
+class Message(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     id: str
     role: Role
     content: str | None = None
