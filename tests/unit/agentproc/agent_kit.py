@@ -28,6 +28,16 @@ from ipc.endpoints import bind_router
 
 AGENT = "a"
 SWARM = "s"
+OTHERS_EVENTS = b'{"op":"append","message":{"id":"1","role":"user","content":"theirs"}}\n'
+
+
+def key_another_agent_uses(paths: StatePaths, key: str) -> Path:
+    """The directory of instance key `key`, made with another agent's conversation in it
+    (`other+events.jsonl`, holding OTHERS_EVENTS)."""
+    key_dir = paths.instance_dir(SWARM, key)
+    key_dir.mkdir(parents=True)
+    (key_dir / "other+events.jsonl").write_bytes(OTHERS_EVENTS)
+    return key_dir
 
 
 class Orchestrator:

@@ -9,7 +9,14 @@ from pathlib import Path
 from agentproc.conversation import read_messages
 from goondan.paths import StatePaths
 from ipc import wire
-from tests.unit.agentproc.agent_kit import AGENT, SWARM, Orchestrator, running_agent
+from tests.unit.agentproc.agent_kit import (
+    AGENT,
+    OTHERS_EVENTS,
+    SWARM,
+    Orchestrator,
+    key_another_agent_uses,
+    running_agent,
+)
 
 OLDER_EVENTS = (
     b'{"op":"append","message":{"id":"1","role":"user","content":"before"}}\n'
@@ -65,9 +72,7 @@ async def test_a_conversation_of_the_older_layout_goes_on_where_it_is(tmp_path: 
 
 async def test_a_new_conversation_joins_a_key_another_agent_uses(tmp_path: Path) -> None:
     paths = StatePaths.at(tmp_path / "state")
-    key_dir = paths.instance_dir(SWARM, "shared")
-    key_dir.mkdir(parents=True)
-    (key_dir / "other+events.jsonl").write_bytes(OLDER_EVENTS)
+    key_dir = key_another_agent_uses(paths, "shared")
     async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
         answer = await orchestrator.ask("shared", "hello")
         assert answer.status == "ok"
@@ -77,4 +82,4 @@ async def test_a_new_conversation_joins_a_key_another_agent_uses(tmp_path: Path)
         ]
         stored = read_messages(paths.conversation_dir(SWARM, "shared", AGENT))
         assert [m.content for m in stored] == ["hello", "You said: hello"]
-        assert (key_dir / "other+events.jsonl").read_bytes() == OLDER_EVENTS
+        assert (key_dir / "other+events.jsonl").read_bytes() == OTHERS_EVENTS

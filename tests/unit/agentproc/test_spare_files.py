@@ -14,10 +14,15 @@ from agentproc.conversation import read_messages
 from agentproc.spare_files import SpareFiles
 from goondan.paths import StatePaths
 from goondan.settings import DEFAULTS
-from tests.unit.agentproc.agent_kit import AGENT, SWARM, running_agent
+from tests.unit.agentproc.agent_kit import (
+    AGENT,
+    OTHERS_EVENTS,
+    SWARM,
+    key_another_agent_uses,
+    running_agent,
+)
 
 EVENTS = f"{AGENT}+events.jsonl"
-OTHER = b'{"op":"append","message":{"id":"1","role":"user","content":"theirs"}}\n'
 
 
 def spare_dirs(paths: StatePaths) -> list[Path]:
@@ -27,9 +32,7 @@ def spare_dirs(paths: StatePaths) -> list[Path]:
 
 async def test_new_conversations_take_spares_made_after_a_turn(tmp_path: Path) -> None:
     paths = StatePaths.at(tmp_path / "state")
-    shared = paths.instance_dir(SWARM, "shared")
-    shared.mkdir(parents=True)
-    (shared / "other+events.jsonl").write_bytes(OTHER)
+    shared = key_another_agent_uses(paths, "shared")
     async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
         assert (await orchestrator.ask("first", "one")).status == "ok"
         spares = spare_dirs(paths)
@@ -47,7 +50,7 @@ async def test_new_conversations_take_spares_made_after_a_turn(tmp_path: Path) -
         # A key other agents use gets the spare's file alone; theirs is untouched.
         assert (await orchestrator.ask("shared", "three")).status == "ok"
         assert sorted(p.name for p in shared.iterdir()) == [EVENTS, "other+events.jsonl"]
-        assert (shared / "other+events.jsonl").read_bytes() == OTHER
+        assert (shared / "other+events.jsonl").read_bytes() == OTHERS_EVENTS
         stored = read_messages(paths.conversation_dir(SWARM, "shared", AGENT))
         assert [m.content for m in stored] == ["three", "You said: three"]
 
