@@ -72,7 +72,11 @@ class SpareFiles:
                 self._sweep()
             while len(self._ready) < self._count:
                 spare = self._emptied.pop() if self._emptied else self._new_directory()
-                os.close(open_append(spare / self._events_name))
+                try:
+                    os.close(open_append(spare / self._events_name))
+                except OSError:
+                    self._emptied.append(spare)  # removed at close, or filled later
+                    raise
                 self._ready.append(spare)
         except OSError:
             return

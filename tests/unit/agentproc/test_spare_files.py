@@ -103,3 +103,12 @@ def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: 
     spares.refill()  # no exception: the agent goes on
     assert spares.wanted()
     assert not spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS)
+
+
+def test_a_spare_whose_file_could_not_be_made_is_removed_at_close(tmp_path: Path) -> None:
+    home = tmp_path / "swarm" / "spares" / AGENT
+    spares = SpareFiles(home, "x" * 300, count=1)  # a name no file system takes
+    spares.refill()  # the directory is made, its file is not: no exception
+    assert spares.wanted()
+    spares.close()
+    assert list(home.iterdir()) == []
