@@ -255,7 +255,12 @@ class Conversation:
             self.flush()
 
     def _open_events(self) -> int:
-        if self._new_file and self._spares is not None and self._spares.take(self.events_path):
+        spares = self._spares
+        if (
+            self._new_file
+            and spares is not None
+            and spares.take(self.events_path, key_has_directory=not self._new_home)
+        ):
             self._new_home = False
         fd = self._events_fd = open_append(self.events_path, new_directory=self._new_home)
         self._new_home = self._new_file = False

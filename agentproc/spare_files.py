@@ -42,17 +42,18 @@ class SpareFiles:
         self._made = 0
         self._swept = False
 
-    def take(self, events_path: Path) -> bool:
-        """Put an empty events file at `events_path` by renaming a spare into place. False
-        when none is ready or the rename fails: the caller makes the file as before."""
+    def take(self, events_path: Path, *, key_has_directory: bool) -> bool:
+        """Put an empty events file at `events_path` by renaming a spare into place: the
+        whole spare when the key has no directory yet, else its file alone (other agents'
+        conversations are there). False when none is ready or the rename fails: the caller
+        makes the file as before."""
         if not self._ready:
             return False
         spare = self._ready.pop()
-        with contextlib.suppress(OSError):
-            # A missing (or empty) directory of the key is replaced; one that holds other
-            # agents' conversations is not, and the file alone goes into it below.
-            os.rename(spare, events_path.parent)
-            return True
+        if not key_has_directory:
+            with contextlib.suppress(OSError):  # made meanwhile by another agent: as below
+                os.rename(spare, events_path.parent)
+                return True
         try:
             os.rename(spare / self._events_name, events_path)
         except OSError:

@@ -88,9 +88,11 @@ def test_spares_of_a_process_that_is_gone_are_removed(tmp_path: Path) -> None:
     assert not dead.exists() and alive.is_dir()
     assert (tmp_path / "swarm" / "instances").is_dir()  # where spares go, made beforehand
     key_dir = tmp_path / "swarm" / "instances" / "k"
-    assert spares.take(key_dir / EVENTS)
+    assert spares.take(key_dir / EVENTS, key_has_directory=False)
     assert [p.name for p in key_dir.iterdir()] == [EVENTS]
-    assert not spares.take(tmp_path / "swarm" / "instances" / "k2" / EVENTS)  # none left
+    assert not spares.take(
+        tmp_path / "swarm" / "instances" / "k2" / EVENTS, key_has_directory=False
+    )  # none left
     spares.close()
     assert sorted(p.name for p in home.iterdir()) == [alive.name]
 
@@ -102,7 +104,7 @@ def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: 
     spares = SpareFiles(blocker / AGENT, EVENTS, count=2)
     spares.refill()  # no exception: the agent goes on
     assert spares.wanted()
-    assert not spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS)
+    assert not spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS, key_has_directory=False)
 
 
 def test_a_spare_whose_file_could_not_be_made_is_removed_at_close(tmp_path: Path) -> None:
@@ -112,3 +114,15 @@ def test_a_spare_whose_file_could_not_be_made_is_removed_at_close(tmp_path: Path
     assert spares.wanted()
     spares.close()
     assert list(home.iterdir()) == []
+
+
+def test_a_key_directory_made_meanwhile_gets_the_spares_file_alone(tmp_path: Path) -> None:
+    paths = StatePaths.at(tmp_path / "state")
+    spares = SpareFiles(paths.swarm(SWARM).spares / AGENT, EVENTS, count=1)
+    spares.refill()
+    # Not there when the instance was made, there by its first write (another agent's).
+    key_dir = key_another_agent_uses(paths, "k")
+    assert spares.take(key_dir / EVENTS, key_has_directory=False)
+    assert sorted(p.name for p in key_dir.iterdir()) == [EVENTS, "other+events.jsonl"]
+    assert (key_dir / "other+events.jsonl").read_bytes() == OTHERS_EVENTS
+    spares.close()
