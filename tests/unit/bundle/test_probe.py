@@ -86,10 +86,14 @@ def _hanging(tmp_path: Path) -> tuple[Path, Path]:
     """The multi fixture with a tool that starts a grandchild and hangs at import."""
     root = _multi(tmp_path)
     pid_file = tmp_path / "grandchild.pid"
+    written = tmp_path / "grandchild.pid.tmp"
+    # Renamed into place once written: the tests read the pid as soon as the file exists.
     (root / "tools" / "calc.py").write_text(
-        "import subprocess, time\n"
+        "import os, subprocess, time\n"
         "child = subprocess.Popen(['sleep', '300'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        f"with open({str(written)!r}, 'w') as f:\n"
+        "    f.write(str(child.pid))\n"
+        f"os.replace({str(written)!r}, {str(pid_file)!r})\n"
         "time.sleep(300)\n"
     )
     return root, pid_file
