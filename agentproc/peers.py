@@ -92,7 +92,12 @@ class PeerClient:
         )
         try:
             self._send(frame)
-            return await asyncio.wait_for(future, timeout_ms / 1000 + self._backstop_s)
+            # Not `asyncio.wait_for`: on 3.11 it returns the answer when the answer and a cancel
+            # of this turn arrive together (`goondan cancel` of a trace reaches the callee, whose
+            # cancelled answer and our own cancel can come in one read), and the turn cancelled
+            # on request would go on as if it were not.
+            async with asyncio.timeout(timeout_ms / 1000 + self._backstop_s):
+                return await future
         except TimeoutError:
             raise RequestTimeout(
                 f"Agent request to '{target}' timed out after {timeout_ms}ms "
@@ -115,7 +120,8 @@ class PeerClient:
         )
         try:
             self._send(frame)
-            reply = await asyncio.wait_for(future, self._orchestrator_timeout_s)
+            async with asyncio.timeout(self._orchestrator_timeout_s):  # as in `request`
+                reply = await future
         except TimeoutError:
             raise DelegateError(f"the orchestrator did not answer '{command}'") from None
         finally:
