@@ -219,12 +219,19 @@ def _product(
             log(f"scale: {tag}: only {first.ok}/{len(names)} agents answered")
         pids = [pid for name, pid in daemon.agent_pids().items() if name in names]
         result = _waves(drv, names, waves, tag, pids)
-        result["startup"] = startup
-        # the start wave's answers are checked like the others, and a loss there is a loss
-        result["startLost"] = len(names) - first.ok
-        result["lost"] += result["startLost"]
-        result["wrongAnswers"] = first.wrong + result["wrongAnswers"]
+        count_start_wave(result, first, startup, len(names))
     return result
+
+
+def count_start_wave(
+    result: dict[str, Any], first: WaveResult, startup: dict[str, Any], agents: int
+) -> None:
+    """Add the start wave to an arm's `result`: its answers are checked like the others', and
+    a loss there is a loss."""
+    result["startup"] = startup
+    result["startLost"] = agents - first.ok
+    result["lost"] += result["startLost"]
+    result["wrongAnswers"] = first.wrong + result["wrongAnswers"]
 
 
 def _orchestrator_only(names: list[str], waves: int) -> dict[str, Any]:

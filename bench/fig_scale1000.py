@@ -42,7 +42,14 @@ from typing import Any
 
 from bench import baselines, product
 from bench.driver import Driver
-from bench.fig_scale import Wave, bare_wave, lost_note, product_wave, run_waves
+from bench.fig_scale import (
+    Wave,
+    bare_wave,
+    count_start_wave,
+    lost_note,
+    product_wave,
+    run_waves,
+)
 from bench.harness import Row, log
 from bench.procs import PYTHON, Procs, descendants, memory_of, short_tmpdir
 
@@ -98,10 +105,7 @@ def _product(names: list[str], rounds: int) -> dict[str, Any]:
         helper_pss = memory_of(helpers)["pssMiBSum"]
         daemon_pss = memory_of([daemon.proc.pid])["pssMiBSum"]
         result = _waves(drv, names, rounds, "product", pids, bare=False)
-        result["startup"] = startup
-        result["startLost"] = len(names) - first.ok
-        result["lost"] += result["startLost"]
-        result["wrongAnswers"] = first.wrong + result["wrongAnswers"]
+        count_start_wave(result, first, startup, len(names))
         time.sleep(1.0)
         drv.beat()
         result["memoryIdle"] = idle

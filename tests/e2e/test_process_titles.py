@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import REPO, wait_for
 from tests.e2e.test_connectors import SECRET, free_port, post
+from tests.proc_table import children, title
 
 SPARE = "goondan: template spare"
-
-
-def title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:  # it has just ended
-        return ""
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except (OSError, ValueError):
-            continue
-        if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
-    return found
 
 
 @pytest.mark.parametrize("spawn", ["zygote", "subprocess"])

@@ -14,6 +14,7 @@ from typing import Any
 from agentproc.rehearsal import TURNS
 from goondan.settings import DEFAULTS
 from orchestrator.launcher import LaunchSpec
+from tests.proc_table import children, title
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -102,31 +103,12 @@ print(first, rest)
 SPARE = "goondan: template spare"
 
 
-def _title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-    except OSError:
-        return ""
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except (OSError, ValueError):
-            continue
-        if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
-    return found
-
-
 def _spare_of(template: subprocess.Popen[bytes], other_than: int = 0) -> int:
     """The template's spare (waiting until there is one, other than `other_than`)."""
     spares: list[int] = []
 
     def one() -> bool:
-        spares[:] = [p for p in _children(template.pid) if _title(p) == SPARE and p != other_than]
+        spares[:] = [p for p in children(template.pid) if title(p) == SPARE and p != other_than]
         return len(spares) == 1
 
     wait_for(one, timeout=20)
@@ -198,7 +180,7 @@ def test_a_launch_takes_the_spare_which_becomes_that_agent(tmp_path: Path) -> No
         assert _read(template) == {"id": 1, "pid": spare}
         # It is that agent now (no orchestrator listens: it waits to connect), with the
         # environment of its launch: it logs at debug level.
-        wait_for(lambda: _title(spare) == "goondan: agent assistant (default)", timeout=20)
+        wait_for(lambda: title(spare) == "goondan: agent assistant (default)", timeout=20)
         wait_for(lambda: "agent ready" in _debug_lines(log, spare), timeout=20)
         assert f"\nPPid:\t{template.pid}\n" in Path(f"/proc/{spare}/status").read_text()
         second = _spare_of(template, other_than=spare)
@@ -239,7 +221,7 @@ def test_without_spares_every_launch_forks(tmp_path: Path) -> None:
         _send(template, {"id": 1, "argv": ["--not-an-option"]})
         answer = _read(template)
         assert _read(template) == {"exit": answer["pid"], "code": 2}
-        assert [p for p in _children(template.pid) if _title(p) == SPARE] == []
+        assert [p for p in children(template.pid) if title(p) == SPARE] == []
         template.stdin.close()  # type: ignore[union-attr]
         assert template.wait(timeout=30) == 0
 
@@ -269,7 +251,7 @@ def test_a_spare_sets_the_agent_up_before_its_launch(tmp_path: Path) -> None:
         assert _read(template) == {"id": 1, "pid": spare}
         wait_for(lambda: "agent ready" in _debug_lines(log, spare), timeout=20)
         assert _debug_records(log, "researcher", "agent process set up") == [{"spare": True}]
-        assert _title(spare) == "goondan: agent researcher (default)"
+        assert title(spare) == "goondan: agent researcher (default)"
         assert _niceness(spare) == DEFAULTS.daemon.agent_nice  # lowered once, not twice
         # A launch whose argv differs from the one prepared for (but --agent) does it all.
         second = _spare_of(template, other_than=spare)
@@ -326,7 +308,7 @@ def test_spares_that_keep_ending_are_given_up_until_a_new_configuration(tmp_path
         answer = _read(template)
         assert answer["id"] == 1
         assert _read(template) == {"exit": answer["pid"], "code": 2}
-        assert [p for p in _children(template.pid) if _title(p) == SPARE] == []
+        assert [p for p in children(template.pid) if title(p) == SPARE] == []
         _send(template, configuration)  # a reload: spares get another chance
         assert "warm" in _read(template)
         _spare_of(template)
