@@ -5,8 +5,9 @@ naming its figure): the round trip's latency CDF, throughput by agent count, the
 p50/p99 per wave (200 agents, and 1,000 in `scale1000.png`) and the spawn times.
 `python -m bench` calls `render` at its end.
 
-The PNGs go to `docs/img/bench/`, a single place: the docs site (mkdocs serves only `docs/`)
-shows them on the performance page, and one copy in git cannot drift from another.
+The PNGs go to `bench/plots/`. The docs site (mkdocs serves only `docs/`) shows them on the
+performance page through `docs/img/bench`, a symlink to that directory: one copy in git, which
+cannot drift from another.
 
 matplotlib (the `bench` extra) is imported here only, with the Agg backend (no display), so
 `import bench` and every figure run without it.
@@ -23,7 +24,7 @@ from typing import Any
 
 from bench.harness import log
 
-OUT_DIR = Path(__file__).resolve().parent.parent / "docs" / "img" / "bench"
+OUT_DIR = Path(__file__).resolve().parent / "plots"
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 PRODUCT, BASELINE, OTHER = "#1f77b4", "#7f7f7f", "#ff7f0e"
 
