@@ -272,7 +272,8 @@ class McpServer:
                     self._log.info("MCP server ready", tools=list(self.exports))
                     while not self._dead.is_set():
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._dead.wait(), STDERR_CHECK_S)
+                            async with asyncio.timeout(STDERR_CHECK_S):
+                                await self._dead.wait()
                         trim_stderr(errlog)
             if scope.cancelled_caught and not self.closed:
                 self._down(

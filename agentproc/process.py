@@ -538,12 +538,14 @@ class AgentProcess:
         self.approvals.park_all()  # a human may take hours: their turns resume after a restart
         grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
         try:
-            await asyncio.wait_for(self.queues.wait_idle(), grace)
+            async with asyncio.timeout(grace):
+                await self.queues.wait_idle()
         except TimeoutError:
             self.log.warning("shutdown grace period over; stopping unfinished turns")
             self.queues.cancel_all()
             try:  # let the cancelled turns answer their tool calls and write their events
-                await asyncio.wait_for(self.queues.wait_idle(), self._cancel_wait_s)
+                async with asyncio.timeout(self._cancel_wait_s):
+                    await self.queues.wait_idle()
             except TimeoutError:
                 pass
         # The parked workers end here; a turn that ignored its cancellation ends with the

@@ -140,7 +140,8 @@ async def run(
     timed_out = False
     try:
         try:
-            await asyncio.wait_for(asyncio.shield(collector.exited), timeout_ms / 1000)
+            async with asyncio.timeout(timeout_ms / 1000):
+                await asyncio.shield(collector.exited)
         except TimeoutError:
             timed_out = True
             await _kill_group(pgid, collector.exited, signals)

@@ -153,7 +153,10 @@ class PendingReply:
     async def reply(self, timeout_s: float | None = DEFAULT_REPLY_TIMEOUT_S) -> Reply:
         cid = self.ack.correlation_id
         try:
-            result: wire.DelegateResult = await asyncio.wait_for(self._future, timeout_s)
+            # Not `asyncio.wait_for`: on 3.11 it returns the answer when our task is cancelled
+            # in the moment the answer arrives, and a connector asked to stop would go on.
+            async with asyncio.timeout(timeout_s):
+                result: wire.DelegateResult = await self._future
         except TimeoutError:
             raise ReplyTimeout(f"no reply to event {cid} within {timeout_s:g} s") from None
         finally:
@@ -384,7 +387,8 @@ class ConnectorContext:
                 )
             )
             try:
-                cancelled = await asyncio.wait_for(future, timeout_s)
+                async with asyncio.timeout(timeout_s):  # as in `PendingReply.reply`
+                    cancelled = await future
             except TimeoutError:
                 raise ConnectorError(
                     f"the orchestrator did not answer a cancel within {timeout_s:g} s",
@@ -399,7 +403,8 @@ class ConnectorContext:
         if self.stopping.is_set():
             return False
         try:
-            await asyncio.wait_for(self.stopping.wait(), max(0.0, seconds))
+            async with asyncio.timeout(max(0.0, seconds)):  # as in `PendingReply.reply`
+                await self.stopping.wait()
         except TimeoutError:
             return True
         return False
@@ -445,7 +450,8 @@ class ConnectorContext:
                 )
             )
             try:
-                ack = await asyncio.wait_for(ack_future, self._ack_timeout_s)
+                async with asyncio.timeout(self._ack_timeout_s):  # as in `PendingReply.reply`
+                    ack = await ack_future
             except TimeoutError:
                 raise EventNotAcknowledged(
                     f"the orchestrator did not acknowledge event '{event.name}' within "

@@ -78,7 +78,8 @@ class AgentCalls:
             if not self._send(agent, frame):
                 error = wire.ErrorInfo(ErrorCode.E_AGENT_GONE, f"agent '{agent}' is not running")
                 return wire.ControlReply(False, error=error)
-            return await asyncio.wait_for(future, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await future
         except TimeoutError:
             message = f"agent '{agent}' did not answer '{command.command}' in {timeout_s:g} s"
             return wire.ControlReply(False, error=wire.ErrorInfo(ErrorCode.E_TIMEOUT, message))

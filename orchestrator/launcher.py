@@ -497,7 +497,8 @@ class ZygoteLauncher:
         if process is not None:
             process.close_stdin()
             try:
-                await asyncio.wait_for(process.wait(), 5)
+                async with asyncio.timeout(5):
+                    await process.wait()
             except TimeoutError:
                 process.kill()
                 await process.wait()

@@ -348,7 +348,8 @@ class Supervisor:
         elif not (slot.ready and send_shutdown(name)):
             process.terminate()  # not ready yet: it has nothing to drain
         try:
-            await asyncio.wait_for(slot.exited.wait(), grace_s)
+            async with asyncio.timeout(grace_s):
+                await slot.exited.wait()
         except TimeoutError:
             self._log.warning("agent did not stop in time; killing it", agent=name)
             if slot.process is not None:

@@ -238,7 +238,8 @@ async def _run_child_async(request: bytes, timeout_s: float) -> _Run:
             await proc.stdin.drain()
             proc.stdin.close()
         try:
-            await asyncio.wait_for(asyncio.gather(read_events(), proc.wait()), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(read_events(), proc.wait())
         except TimeoutError:
             timed_out = True
     finally:

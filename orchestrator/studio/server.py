@@ -394,7 +394,8 @@ class Studio:
                     # The process table changes without new events: look again at least
                     # every other poll.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._new.wait(), POLL_S * 2)
+                        async with asyncio.timeout(POLL_S * 2):
+                            await self._new.wait()
                 if self._closing.is_set():
                     break
         except ConnectionResetError:  # the viewer left
