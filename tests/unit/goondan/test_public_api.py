@@ -189,3 +189,18 @@ def test_the_cli_prints_the_version() -> None:
             check=True,
         )
         assert out.stdout.strip() == f"goondan {goondan.__version__}"
+
+
+def test_importing_goondan_alone_imports_no_part_of_the_api() -> None:
+    # Every CLI command imports goondan; the connector API (and asyncio) come on first use.
+    probe = (
+        "import sys, goondan; "
+        "print(sorted(m for m in ('asyncio', 'goondan.connectors', 'goondan.tools') "
+        "if m in sys.modules)); "
+        "from goondan import ConnectorContext; "
+        "print(ConnectorContext.__module__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[:2] == ["[]", "goondan.connectors"]
