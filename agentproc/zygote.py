@@ -25,6 +25,7 @@ one until it is given a launch, and one that ends before is not reported.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import json
@@ -65,7 +66,10 @@ def preload_providers(providers: list[str]) -> None:
 
 
 def _write(out: int, message: dict[str, Any]) -> None:
-    os.write(out, (json.dumps(message) + "\n").encode())
+    # The orchestrator gone (it stopped, or failed as it started): nobody to tell. Its end of
+    # our stdin is closed too, so the loop reads EOF next and the template ends as at a stop.
+    with contextlib.suppress(BrokenPipeError):
+        os.write(out, (json.dumps(message) + "\n").encode())
 
 
 def _reap(out: int, spares: Spares) -> None:

@@ -314,3 +314,16 @@ def test_spares_that_keep_ending_are_given_up_until_a_new_configuration(tmp_path
         _spare_of(template)
         template.stdin.close()  # type: ignore[union-attr]
         assert template.wait(timeout=30) == 0
+
+
+def test_a_template_whose_orchestrator_is_gone_ends_quietly(tmp_path: Path) -> None:
+    # As when `goondan run` fails as it starts (a metrics port in use): the template's next
+    # message meets a closed pipe, and it must end as at a stop, with no traceback.
+    with _template(tmp_path, QUICKSTART, stderr=subprocess.PIPE) as template:
+        assert _read(template) == {"ready": template.pid}
+        template.stdout.close()  # type: ignore[union-attr]
+        # Answered into the closed pipe, before the template reads the EOF behind it.
+        _send(template, {"id": 1, "argv": ["--not-an-option"]})
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
+        assert b"Traceback" not in template.stderr.read()  # type: ignore[union-attr]
