@@ -89,82 +89,16 @@ if typing.TYPE_CHECKING:  # what each name is, for type checkers and editors
     from ipc.tasks import TaskSet
 
 
-# Where each name lives, for `__getattr__`.
-_HOMES: dict[str, tuple[str, ...]] = {
-    "goondan.connectors": (
-        "Ack",
-        "ConnectorConfigError",
-        "ConnectorContext",
-        "ConnectorError",
-        "ConnectorMessage",
-        "EventNotAcknowledged",
-        "EventRefused",
-        "PendingReply",
-        "Reply",
-        "ReplyFailed",
-        "ReplyTimeout",
-        "stringify_properties",
-    ),
-    "goondan.delegation": (
-        "AgentCrashed",
-        "AgentNotFound",
-        "CircularCall",
-        "DelegateError",
-        "DeliveryFailed",
-        "RequestTimeout",
-    ),
-    "goondan.extensions": (
-        "AppendMessage",
-        "ConversationState",
-        "ErrorDetail",
-        "ExtensionApi",
-        "ExtensionConfigError",
-        "ExtensionEvents",
-        "ExtensionState",
-        "ExtensionTools",
-        "InputEvent",
-        "MessageEvent",
-        "MiddlewareAgents",
-        "MiddlewareError",
-        "PipelineRegistry",
-        "RemoveMessage",
-        "ReplaceMessage",
-        "RuntimeAgent",
-        "RuntimeCall",
-        "RuntimeContext",
-        "RuntimeInbound",
-        "RuntimePrompt",
-        "RuntimeReplyTo",
-        "RuntimeSwarm",
-        "StepMiddleware",
-        "StepMiddlewareContext",
-        "StepResult",
-        "TokenUsage",
-        "ToolCallMiddleware",
-        "ToolCallMiddlewareContext",
-        "TruncateMessages",
-        "TurnMiddleware",
-        "TurnMiddlewareContext",
-        "TurnResult",
-    ),
-    "goondan.messages": ("Message", "ToolCall"),
-    "goondan.tools": (
-        "AgentRuntime",
-        "DelegateReply",
-        "Pending",
-        "ToolCatalogItem",
-        "ToolContext",
-        "ToolError",
-        "ToolErrorInfo",
-        "ToolHandler",
-        "ToolProgress",
-        "ToolResult",
-        "ToolSource",
-    ),
-    "ipc.error_codes": ("ErrorCode",),
-    "ipc.tasks": ("TaskSet",),
-}
-_HOME = {name: module for module, names in _HOMES.items() for name in names}
+# The modules the names come from, in the order above.
+_MODULES = (
+    "goondan.connectors",
+    "goondan.delegation",
+    "goondan.extensions",
+    "goondan.messages",
+    "goondan.tools",
+    "ipc.error_codes",
+    "ipc.tasks",
+)
 
 __all__ = [
     "Ack",
@@ -247,12 +181,15 @@ def __getattr__(name: str) -> object:
             return version("goondan")
         except PackageNotFoundError:  # a source tree that was never installed
             return "0+unknown"
-    home = _HOME.get(name)
-    if home is None:
+    if name not in __all__:
         raise AttributeError(f"module 'goondan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # looked up once
-    return value
+    # The first use of any name binds them all: a program that uses one uses others.
+    wanted = set(__all__)
+    for module in map(importlib.import_module, _MODULES):
+        for found in wanted.intersection(vars(module)):
+            globals()[found] = getattr(module, found)
+        wanted.difference_update(vars(module))
+    return globals()[name]
 
 
 def __dir__() -> list[str]:
