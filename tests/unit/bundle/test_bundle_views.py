@@ -3,8 +3,8 @@ names) are made once, when the template loads the bundle, so a forked agent read
 copying the template's pages: in a 1,000-agent bundle, walking every resource copied ~3 MiB of
 them into each agent."""
 
-import gc
-import os
+import subprocess
+import sys
 from pathlib import Path
 
 from goondan.bundle.cache import load_bundle_cached
@@ -36,13 +36,6 @@ def write_swarm(directory: Path, count: int) -> list[str]:
     return names
 
 
-def _private_dirty_kib() -> int:
-    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
-        if line.startswith("Private_Dirty:"):
-            return int(line.split()[1])
-    raise AssertionError("no Private_Dirty in smaps_rollup")
-
-
 def test_swarm_views_are_made_once_and_sorted(tmp_path: Path) -> None:
     names = write_swarm(tmp_path, 30)
     bundle = load_bundle_cached(tmp_path)
@@ -56,34 +49,57 @@ def test_swarm_views_are_made_once_and_sorted(tmp_path: Path) -> None:
     assert len(bundle.of_kind("Agent")) == 30
 
 
+# In a fresh interpreter, as the template is: in a test worker that has run hundreds of tests
+# first, the child's own allocations land in a fragmented heap and dirty pages of their own.
+FORKED_AGENT = """
+import gc, os, sys
+from pathlib import Path
+from goondan.bundle.cache import load_bundle_cached
+
+def private_dirty_kib():
+    for line in Path("/proc/self/smaps_rollup").read_text().splitlines():
+        if line.startswith("Private_Dirty:"):
+            return int(line.split()[1])
+    raise AssertionError("no Private_Dirty in smaps_rollup")
+
+directory = Path(sys.argv[1])
+bundle = load_bundle_cached(directory)  # as the template does, before it forks
+gc.collect()
+gc.freeze()  # as the template does: no collection walks the bundle in the child
+read, write = os.pipe()
+pid = os.fork()
+if pid == 0:  # what `agentproc.main.build_definition` reads of the swarm
+    try:
+        os.close(read)
+        before = private_dirty_kib()
+        again = load_bundle_cached(directory)
+        swarm = again.select_swarm(None)
+        agent = again.swarm_agents(swarm)["agent-0500"]
+        names = again.swarm_agent_names(swarm)
+        callable_agents = tuple(n for n in names if n != agent.name)
+        assert len(callable_agents) == int(sys.argv[2]) - 1
+        os.write(write, str(private_dirty_kib() - before).encode())
+    finally:
+        os._exit(0)
+os.close(write)
+with os.fdopen(read) as pipe:
+    print(pipe.read() or "-1")
+os.waitpid(pid, 0)
+"""
+
+
 def test_a_forked_agent_lists_a_1000_agent_swarm_without_copying_the_bundle(
     tmp_path: Path,
 ) -> None:
     write_swarm(tmp_path, AGENTS)
-    bundle = load_bundle_cached(tmp_path)  # as the template does, before it forks
-    gc.collect()
-    gc.freeze()  # as the template does: no collection walks the bundle in the child
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # what `agentproc.main.build_definition` reads of the swarm
-        try:
-            os.close(read)
-            before = _private_dirty_kib()
-            again = load_bundle_cached(tmp_path)
-            swarm = again.select_swarm(None)
-            agent = again.swarm_agents(swarm)["agent-0500"]
-            names = again.swarm_agent_names(swarm)
-            callable_agents = tuple(n for n in names if n != agent.name)
-            assert len(callable_agents) == AGENTS - 1
-            os.write(write, str(_private_dirty_kib() - before).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        copied_kib = int(pipe.read() or "-1")
-    os.waitpid(pid, 0)
-    gc.unfreeze()
-    assert bundle is not None
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_AGENT, str(tmp_path), str(AGENTS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    copied_kib = int(done.stdout)
     # ~3,000 KiB when every agent resource was walked; the bundle's file check and the
     # callable list cost ~1,000 at most.
     assert 0 <= copied_kib < 1500, copied_kib
