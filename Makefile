@@ -43,9 +43,13 @@ check: install
 lint: check
 
 # The user docs as a site in site/; --strict turns a broken link or nav entry into a failure.
-docs: install
-	$(BIN)/python -m pip install -q -e '.[docs]'
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+# In a venv of its own: mkdocs-material's dependencies (colorama, which structlog then imports)
+# would change what the tests' venv runs, and a test of the template's memory with it.
+DOCS_VENV := .venv-docs
+docs:
+	test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install -q -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(DOCS_VENV) build *.egg-info
