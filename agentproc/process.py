@@ -137,7 +137,10 @@ class AgentProcess:
         )
         own = self._storage_name = storage_name(self.name)
         self.spares = SpareFiles(  # new conversations' files, made ahead
-            self._dirs.spares / own, own + EVENTS_SUFFIX, count=agent.spare_conversations
+            self._dirs.spares / own,
+            self._dirs.instances,
+            own + EVENTS_SUFFIX,
+            count=agent.spare_conversations,
         )
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._stop = asyncio.Event()

@@ -29,11 +29,12 @@ from agentproc.files import open_append
 
 
 class SpareFiles:
-    def __init__(self, directory: Path, events_name: str, *, count: int) -> None:
-        """`directory`: the agent's in the swarm's `spares/`; `events_name`: the name its
-        conversations' events files have; `count`: how many to keep (0: none, every new
-        conversation makes its files)."""
+    def __init__(self, directory: Path, instances: Path, events_name: str, *, count: int) -> None:
+        """`directory`: the agent's in the swarm's `spares/`; `instances`: the swarm's
+        `instances/`, where spares go; `events_name`: the name its conversations' events files
+        have; `count`: how many to keep (0: none, every new conversation makes its files)."""
         self._directory = directory
+        self._instances = instances
         self._prefix = f"{os.getpid()}-"
         self._events_name = events_name
         self._count = count
@@ -98,7 +99,7 @@ class SpareFiles:
         """Remove the spares of this agent's processes that are gone."""
         self._swept = True
         # The key directories a spare becomes go into `instances/`: it must be there.
-        (self._directory.parent.parent / "instances").mkdir(parents=True, exist_ok=True)
+        self._instances.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self._directory):
                 pid, _, _ = entry.name.partition("-")

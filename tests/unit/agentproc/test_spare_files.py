@@ -83,7 +83,7 @@ def test_spares_of_a_process_that_is_gone_are_removed(tmp_path: Path) -> None:
     for spare in (dead, alive):
         spare.mkdir(parents=True)
         (spare / EVENTS).touch()
-    spares = SpareFiles(home, EVENTS, count=1)
+    spares = SpareFiles(home, tmp_path / "swarm" / "instances", EVENTS, count=1)
     spares.refill()
     assert not dead.exists() and alive.is_dir()
     assert (tmp_path / "swarm" / "instances").is_dir()  # where spares go, made beforehand
@@ -101,7 +101,7 @@ def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: 
     blocker = tmp_path / "swarm" / "spares"
     blocker.parent.mkdir(parents=True)
     blocker.write_bytes(b"")  # a file where the spares' directory should be
-    spares = SpareFiles(blocker / AGENT, EVENTS, count=2)
+    spares = SpareFiles(blocker / AGENT, tmp_path / "swarm" / "instances", EVENTS, count=2)
     spares.refill()  # no exception: the agent goes on
     assert spares.wanted()
     assert not spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS, key_has_directory=False)
@@ -109,7 +109,8 @@ def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: 
 
 def test_a_spare_whose_file_could_not_be_made_is_removed_at_close(tmp_path: Path) -> None:
     home = tmp_path / "swarm" / "spares" / AGENT
-    spares = SpareFiles(home, "x" * 300, count=1)  # a name no file system takes
+    instances = tmp_path / "swarm" / "instances"
+    spares = SpareFiles(home, instances, "x" * 300, count=1)  # a name no file system takes
     spares.refill()  # the directory is made, its file is not: no exception
     assert spares.wanted()
     spares.close()
@@ -118,7 +119,8 @@ def test_a_spare_whose_file_could_not_be_made_is_removed_at_close(tmp_path: Path
 
 def test_a_key_directory_made_meanwhile_gets_the_spares_file_alone(tmp_path: Path) -> None:
     paths = StatePaths.at(tmp_path / "state")
-    spares = SpareFiles(paths.swarm(SWARM).spares / AGENT, EVENTS, count=1)
+    swarm = paths.swarm(SWARM)
+    spares = SpareFiles(swarm.spares / AGENT, swarm.instances, EVENTS, count=1)
     spares.refill()
     # Not there when the instance was made, there by its first write (another agent's).
     key_dir = key_another_agent_uses(paths, "k")
