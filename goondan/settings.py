@@ -215,7 +215,9 @@ class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             "runs (safe when a process crashes), fsync'd when the instance is quiet or "
             "unloaded; fsync: every event, a new conversation's directory entries, extension "
             "state and long-running tool records are fsync'd before going on (safe from "
-            "power loss, slower). The journal of accepted inputs is fsync'd per input either way",
+            "power loss, slower), and so is each input from `goondan send` before it is "
+            "routed. The journal's other inputs are fsync'd before they are acknowledged either "
+            "way",
             "run --durability",
         ),
     ] = "os"
@@ -224,6 +226,15 @@ class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         msgspec.Meta(ge=1),
         _doc("a conversation is folded into its base when its events pass this"),
     ] = 256 * KiB
+    journal_sync_after_s: Annotated[
+        Seconds,
+        _doc(
+            "with `os` durability, an input from `goondan send` still unanswered this long "
+            "after it was accepted is fsync'd, in one fsync with the others accepted meanwhile; "
+            "one answered sooner needs none (its requester, on this machine, cannot outlive a "
+            "power loss)"
+        ),
+    ] = 0.01
     journal_compact_bytes: Annotated[
         int, msgspec.Meta(ge=1), _doc("`run/journal.jsonl` compacts itself past this")
     ] = 8 * MiB

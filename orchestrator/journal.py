@@ -1,10 +1,16 @@
 """The journal of inputs accepted from outside (CLI `send`, connectors) and not yet answered.
 
-An input is appended and fsync'd before it can be answered, and marked done when it is; after
-an orchestrator crash the unanswered ones are delivered again under their original request id,
-so an agent can recognise a replay. The file is compacted to the open entries at start-up,
-and while running each time it has grown by `compact_bytes` (a daemon up for months must not
-keep every input it ever answered).
+An input is appended before it is routed, and marked done when it is answered; after an
+orchestrator crash the unanswered ones are delivered again under their original request id,
+so an agent can recognise a replay. A line written to the OS survives any process crash; its
+fsync, which a power loss needs, comes before anything is acknowledged: at once for an input
+acknowledged at once (a connector's event), and for one whose requester hears nothing before
+its answer (`goondan send`, on this machine's `control.sock`) `sync_after_s` later, one fsync
+for every input accepted meanwhile and still unanswered. One answered sooner needs none: a
+power loss that would lose its line would take its requester along.
+
+The file is compacted to the open entries at start-up, and while running each time it has
+grown by `compact_bytes` (a daemon up for months must not keep every input it ever answered).
 
 A write that fails (disk full, I/O error) raises `StorageError` and leaves the file as it was:
 a partial line is cut off again, or, when even that fails, the next line starts on a line of
@@ -13,12 +19,14 @@ its own, and `recover` skips a line it cannot read instead of stopping there.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from pathlib import Path
 from typing import Literal
 
 import msgspec
+import structlog
 
 from goondan.paths import StorageError
 from goondan.settings import DEFAULTS
@@ -41,12 +49,16 @@ class Journal:
         *,
         fsync: bool = True,
         compact_bytes: int = DEFAULTS.storage.journal_compact_bytes,
+        sync_after_s: float = DEFAULTS.storage.journal_sync_after_s,
     ) -> None:
         self.path = path
         self._fsync = fsync
         self._compact_bytes = compact_bytes
+        self._sync_after_s = sync_after_s
         self._fd: int | None = None
         self._open: dict[str, Entry] = {}  # unanswered, in the order they were accepted
+        self._unsynced: set[str] = set()  # of those, accepted with `sync_now=False`, not fsync'd
+        self._sync_timer: asyncio.TimerHandle | None = None
         self._grown = 0  # bytes appended since the file was last rewritten
 
     def recover(self) -> list[Entry]:
@@ -72,12 +84,23 @@ class Journal:
             self._rewrite()
         return list(accepted.values())
 
-    def accept(self, request_id: str, frame: bytes) -> None:
+    def accept(self, request_id: str, frame: bytes, *, sync_now: bool = True) -> None:
+        """Append an input, fsync'd before this returns; with `sync_now=False` (on the event
+        loop) fsync'd `sync_after_s` later if it is still unanswered then (module doc)."""
         entry = Entry("accept", request_id, frame)
-        self._append(entry, durable=True)
+        self._append(entry, durable=sync_now)
         self._open[request_id] = entry
+        if sync_now:
+            self._unsynced.clear()  # that fsync took their lines too
+        elif self._fsync:
+            self._unsynced.add(request_id)
+            if self._sync_timer is None:
+                self._sync_timer = asyncio.get_running_loop().call_later(
+                    self._sync_after_s, self._sync_unanswered
+                )
 
     def done(self, request_id: str) -> None:
+        self._unsynced.discard(request_id)
         if self._open.pop(request_id, None) is not None:
             # Not fsync'd: losing it only means one more (recognised) redelivery.
             self._append(Entry("done", request_id), durable=False)
@@ -90,6 +113,26 @@ class Journal:
         return self._open.get(request_id)
 
     def close(self) -> None:
+        """Close the file; inputs still waiting for their fsync get it first."""
+        self._sync_unanswered()
+        self._close_file()
+
+    def _sync_unanswered(self) -> None:
+        """One fsync for the unanswered inputs accepted with `sync_now=False`."""
+        if self._sync_timer is not None:
+            self._sync_timer.cancel()
+            self._sync_timer = None
+        if not self._unsynced or self._fd is None:
+            return
+        self._unsynced.clear()
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:  # written to the OS still: only a power loss could lose them
+            structlog.get_logger().error(
+                "could not fsync the journal", path=str(self.path), error=str(exc)
+            )
+
+    def _close_file(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -131,13 +174,14 @@ class Journal:
         which then ends the torn line first."""
         with contextlib.suppress(OSError):
             os.ftruncate(fd, start)
-        self.close()
+        self._sync_unanswered()  # the lines before the torn one
+        self._close_file()
 
     def _rewrite(self) -> None:
         """Replace the file with the open entries (written and fsync'd before the rename, so
         a crash leaves either file, and both hold every open entry). On a failed write the
         old file stays, and `StorageError` is raised."""
-        self.close()
+        self.close()  # the old file, synced: it must hold every open entry until the rename
         tmp = self.path.with_suffix(".tmp")
         try:
             with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:

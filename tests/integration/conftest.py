@@ -1,5 +1,8 @@
-"""Fixtures of the socket tests: a short directory for unix sockets and a libzmq context."""
+"""Fixtures of the socket and in-process daemon tests: a short directory for unix sockets, a
+libzmq context, and the process state a daemon's `serve` changes."""
 
+import gc
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -21,3 +24,13 @@ def ctx() -> Iterator[zmq.Context[zmq.Socket[bytes]]]:
     context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     yield context
     context.destroy(linger=0)
+
+
+@pytest.fixture
+def process_state() -> Iterator[None]:
+    """What a `Daemon.serve` in this process changes in it, put back for the next tests."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    yield
+    os.umask(umask)
+    gc.unfreeze()

@@ -6,8 +6,6 @@ when the stop comes.
 """
 
 import asyncio
-import gc
-import os
 import signal
 import socket
 from collections.abc import Iterator
@@ -23,16 +21,6 @@ from orchestrator.daemon import Daemon
 from tests.waiting import until
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart"
-
-
-@pytest.fixture
-def process_state() -> Iterator[None]:
-    """What `serve` changes in the process that runs it, put back for the next tests."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    yield
-    os.umask(umask)
-    gc.unfreeze()
 
 
 @pytest.fixture

@@ -1,4 +1,7 @@
+import asyncio
+
 from orchestrator.journal import Journal
+from tests.waiting import until
 
 
 def test_unanswered_inputs_survive_a_restart(tmp_path):
@@ -52,3 +55,51 @@ def test_a_long_running_journal_stays_small_and_keeps_what_is_open(tmp_path):
         ("kept-1", b"first"),
         ("kept-2", b"second"),
     ]
+
+
+async def test_an_input_unanswered_after_the_delay_is_fsynced_with_the_others(tmp_path, fsynced):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, sync_after_s=0.05)
+    journal.recover()
+    fsynced.clear()
+    journal.accept("a", b"1", sync_now=False)
+    journal.accept("b", b"2", sync_now=False)
+    assert fsynced == []  # written to the OS only: routed without waiting for the disk
+    await until(lambda: fsynced, what="the journal's fsync")
+    assert fsynced == [str(path)]  # one fsync for both
+    await asyncio.sleep(0.1)
+    assert fsynced == [str(path)]
+    journal.close()
+    assert [e.id for e in Journal(path).recover()] == ["a", "b"]
+
+
+async def test_an_input_answered_within_the_delay_needs_no_fsync(tmp_path, fsynced):
+    journal = Journal(tmp_path / "journal.jsonl", sync_after_s=0.05)
+    journal.recover()
+    fsynced.clear()
+    journal.accept("a", b"1", sync_now=False)
+    journal.done("a")
+    await asyncio.sleep(0.1)
+    journal.close()
+    assert fsynced == []
+
+
+async def test_close_fsyncs_the_inputs_still_waiting_for_it(tmp_path, fsynced):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path, sync_after_s=60)
+    journal.recover()
+    fsynced.clear()
+    journal.accept("a", b"1", sync_now=False)
+    journal.close()
+    assert fsynced == [str(path)]
+
+
+def test_an_input_accepted_to_be_synced_now_is_fsynced_before_accept_returns(tmp_path, fsynced):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.recover()
+    fsynced.clear()
+    journal.accept("a", b"1")
+    assert fsynced == [str(path)]
+    journal.close()
+    assert fsynced == [str(path)]  # nothing left to sync at close
