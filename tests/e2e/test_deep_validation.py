@@ -366,11 +366,15 @@ def test_an_extension_change_restarts_only_the_agents_that_use_it(start_daemon, 
     assert daemon.send("version?").stdout.strip() == "v2-blue"
 
 
-def test_a_slow_probe_does_not_stall_the_daemon(start_daemon, quickstart):
+def test_a_slow_probe_does_not_stall_the_daemon(start_daemon, quickstart, tmp_path):
     daemon = start_daemon(quickstart, "--import-timeout", "60")
     assert daemon.send("What is 1 plus 2?").returncode == 0
     numbers = quickstart / "tools" / "numbers.py"
-    numbers.write_text("import time\ntime.sleep(8)\n" + numbers.read_text())
+    probing, go_on = tmp_path / "probing", tmp_path / "go-on"
+    numbers.write_text(  # an import that lasts until the test lets it finish
+        f"import os, time\nopen({str(probing)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(go_on)!r}):\n    time.sleep(0.01)\n" + numbers.read_text()
+    )
     restart = subprocess.Popen(
         [*GOONDAN, "restart", "--state-root", str(daemon.state_root)],
         stdout=subprocess.PIPE,
@@ -378,11 +382,12 @@ def test_a_slow_probe_does_not_stall_the_daemon(start_daemon, quickstart):
         text=True,
     )
     try:
-        time.sleep(1)
+        wait_for(probing.exists, timeout=30)
         # The probe is importing; the daemon still routes a turn through both agents.
         reply = daemon.send("What is 3 plus 4?")
         assert reply.returncode == 0 and "7 is a prime" in reply.stdout
         assert restart.poll() is None, "the reload should still be probing"
+        go_on.touch()
         out, err = restart.communicate(timeout=60)
     finally:
         restart.kill()
