@@ -34,6 +34,7 @@ import os
 import threading
 import zlib
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
@@ -83,6 +84,13 @@ _event_decoder = msgspec.json.Decoder(AnyEvent)
 _message_decoder = msgspec.json.Decoder(Message)
 
 
+# What a conversation knows of its events file's place, so that a new one costs no look:
+# "unknown" until `stored` looks; "no key directory" for a new instance key (the file and the
+# key's directory are both to be made); "no file" when the key's directory is there but the
+# file is not; "there" once it is known to be there, or opened.
+FilesState = Literal["unknown", "no key directory", "no file", "there"]
+
+
 class Conversation:
     def __init__(
         self,
@@ -101,9 +109,7 @@ class Conversation:
         self.events_path = directory.with_name(directory.name + EVENTS_SUFFIX)
         self._base_path: Path | None = None  # made on first use: a new conversation has none
         self._legacy = False  # stored inside the instance's directory, the older layout
-        self._located = new  # `stored` has looked for the files (or there are none, `new`)
-        self._new_home = new  # the key's directory is still to be made
-        self._new_file = new  # the events file is still to be made (`stored` found none)
+        self._files: FilesState = "no key directory" if new else "unknown"
         self._spares = spares
         self._fsync_events = fsync_events
         self._events_fd: int | None = None
@@ -127,7 +133,7 @@ class Conversation:
         return self._dirty
 
     def load(self) -> list[Message]:
-        if not self._located:
+        if self._files == "unknown":
             self.stored()  # which layout
         data = _read(self.events_path)
         self.messages, whole = _replay(_read(self.base_path), data)
@@ -144,12 +150,15 @@ class Conversation:
     def stored(self) -> bool:
         """Whether this conversation is on disk: beside the instance's directory, or inside it
         in the older layout (then it stays there: its files are read and written in place)."""
-        self._located = True
         if self.events_path.exists() or self.base_path.exists():
+            self._files = "there"
             return True
         if self.directory.is_dir():  # perhaps the older layout
             self._base_path, self.events_path, self._legacy = conversation_files(self.directory)
-        self._new_file = not self._legacy
+        if self._legacy:
+            self._files = "there"  # read and written in place, never from a spare
+        elif self._files == "unknown":
+            self._files = "no file"
         return self._legacy
 
     def request_position(self, request_id: str) -> int | None:
@@ -255,15 +264,17 @@ class Conversation:
             self.flush()
 
     def _open_events(self) -> int:
-        spares = self._spares
+        files, spares = self._files, self._spares
         if (
-            self._new_file
+            files in ("no key directory", "no file")
             and spares is not None
-            and spares.take(self.events_path, key_has_directory=not self._new_home)
+            and spares.take(self.events_path, key_has_directory=files == "no file")
         ):
-            self._new_home = False
-        fd = self._events_fd = open_append(self.events_path, new_directory=self._new_home)
-        self._new_home = self._new_file = False
+            files = "there"
+        fd = self._events_fd = open_append(
+            self.events_path, new_directory=files == "no key directory"
+        )
+        self._files = "there"
         self._events_end = os.fstat(fd).st_size  # only this process appends to it
         return fd
 
