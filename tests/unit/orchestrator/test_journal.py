@@ -57,11 +57,17 @@ def test_a_long_running_journal_stays_small_and_keeps_what_is_open(tmp_path):
     ]
 
 
-async def test_an_input_unanswered_after_the_delay_is_fsynced_with_the_others(tmp_path, fsynced):
-    path = tmp_path / "journal.jsonl"
-    journal = Journal(path, sync_after_s=0.05)
+def opened(path, fsynced, **options):
+    """A journal as the daemon opens it at start-up, the fsyncs of its recovery forgotten."""
+    journal = Journal(path, **options)
     journal.recover()
     fsynced.clear()
+    return journal
+
+
+async def test_an_input_unanswered_after_the_delay_is_fsynced_with_the_others(tmp_path, fsynced):
+    path = tmp_path / "journal.jsonl"
+    journal = opened(path, fsynced, sync_after_s=0.05)
     journal.accept("a", b"1", sync_now=False)
     journal.accept("b", b"2", sync_now=False)
     assert fsynced == []  # written to the OS only: routed without waiting for the disk
@@ -74,9 +80,7 @@ async def test_an_input_unanswered_after_the_delay_is_fsynced_with_the_others(tm
 
 
 async def test_an_input_answered_within_the_delay_needs_no_fsync(tmp_path, fsynced):
-    journal = Journal(tmp_path / "journal.jsonl", sync_after_s=0.05)
-    journal.recover()
-    fsynced.clear()
+    journal = opened(tmp_path / "journal.jsonl", fsynced, sync_after_s=0.05)
     journal.accept("a", b"1", sync_now=False)
     journal.done("a")
     await asyncio.sleep(0.1)
@@ -86,9 +90,7 @@ async def test_an_input_answered_within_the_delay_needs_no_fsync(tmp_path, fsync
 
 async def test_close_fsyncs_the_inputs_still_waiting_for_it(tmp_path, fsynced):
     path = tmp_path / "journal.jsonl"
-    journal = Journal(path, sync_after_s=60)
-    journal.recover()
-    fsynced.clear()
+    journal = opened(path, fsynced, sync_after_s=60)
     journal.accept("a", b"1", sync_now=False)
     journal.close()
     assert fsynced == [str(path)]
@@ -96,9 +98,7 @@ async def test_close_fsyncs_the_inputs_still_waiting_for_it(tmp_path, fsynced):
 
 def test_an_input_accepted_to_be_synced_now_is_fsynced_before_accept_returns(tmp_path, fsynced):
     path = tmp_path / "journal.jsonl"
-    journal = Journal(path)
-    journal.recover()
-    fsynced.clear()
+    journal = opened(path, fsynced)
     journal.accept("a", b"1")
     assert fsynced == [str(path)]
     journal.close()
