@@ -33,7 +33,7 @@ TIMEOUT_MS = 20_000
 
 
 def test_studio_shows_a_delegation_live_and_its_waterfall(tmp_path, start_daemon, state_root):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import Route, expect, sync_playwright
 
     assert Path(CHROMIUM).exists(), (
         "the studio's test needs Debian's chromium (.ci/run installs it)"
@@ -81,6 +81,9 @@ def test_studio_shows_a_delegation_live_and_its_waterfall(tmp_path, start_daemon
             newest.click()
             spans = page.locator("#waterfall .span-row")
             expect(spans.filter(has_text="calc__add")).to_have_count(1)
+            # Runtime events come in batches, so the trace's last spans can be drawn a moment
+            # after its first ones: wait for every step before reading the rows.
+            expect(page.locator('#waterfall .span-row[data-kind="step"]')).to_have_count(4)
             shown = [
                 (
                     row.get_attribute("data-kind"),
@@ -113,11 +116,21 @@ def test_studio_shows_a_delegation_live_and_its_waterfall(tmp_path, start_daemon
             expect(broken).to_have_attribute("data-status", "error")
             expect(broken).to_contain_text("division by zero")
 
-            # The conversation viewer: the worker's side of the instance `cli`.
+            # The conversation viewer: the worker's side of the instance `cli`. Choosing the
+            # instance asks for its first agent's conversation (the coordinator's): held back
+            # until the worker's is shown, that older answer must not replace it.
+            held: list[Route] = []
+            page.route("**/api/instances/cli/coordinator", lambda route: held.append(route))
             page.click('.tabs button[data-tab="conversation"]')
             page.select_option("#conv-instance", "cli")
             page.select_option("#conv-agent", "worker")
             tool_results = page.locator("#conversation .msg.tool")
+            expect(tool_results.filter(has_text="calc__add")).to_have_count(1)
+            assert held, "the coordinator's conversation was never asked for"
+            for route in held:
+                route.fulfill(response=route.fetch())
+            page.unroute("**/api/instances/cli/coordinator")
+            page.wait_for_timeout(500)  # room for a late answer to be drawn, were it drawn
             expect(tool_results.filter(has_text="calc__add")).to_have_count(1)
             expect(tool_results.filter(has_text="division by zero")).to_have_count(1)
             expect(page.locator("#conversation")).to_contain_text("the sum is 5")

@@ -166,6 +166,7 @@ async function openTrace(traceId) {
     tr.classList.toggle("selected", tr.dataset.trace === traceId);
   }
   const trace = await api("/api/traces/" + encodeURIComponent(traceId));
+  if (state.trace !== traceId) return; // another request was opened meanwhile
   renderWaterfall(trace);
 }
 
@@ -286,6 +287,8 @@ async function loadConversation() {
     return;
   }
   const conv = await api(`/api/instances/${encodeURIComponent(key)}/${encodeURIComponent(agent)}`);
+  // Answers can come back out of order: show this one only if it is still the one chosen.
+  if ($("#conv-instance").value !== key || $("#conv-agent").value !== agent) return;
   box.replaceChildren(...conv.messages.map((m) => {
     let text = typeof m.content === "string" ? m.content : JSON.stringify(m.content ?? "");
     if (m.tool_calls?.length) {
