@@ -53,7 +53,9 @@ from bench.driver import Driver, Expect, WaveResult
 from bench.harness import Row, log, percentile, summary
 from bench.procs import (
     Procs,
-    cpu_seconds,
+    cpu_text,
+    cpu_us_per,
+    cpu_use,
     memory_filesystem,
     short_tmpdir,
     wait_for_quiet_disk,
@@ -126,7 +128,7 @@ def run_waves(
     slowest_ms: list[float] = []  # each wave's slowest answer: how long the wave took
     wave_p50: list[float] = []  # each wave's p50 and p99, for the picture (bench/plots.py)
     wave_p99: list[float] = []
-    user_before, system_before = cpu_seconds(pids)
+    cpu_before = cpu_use(pids)
     started = time.monotonic()
     plans = [plan(warmup + wave) for wave in range(waves)]
     for wave in range(waves):
@@ -148,8 +150,7 @@ def run_waves(
         if (wave + 1) % 10 == 0:
             log(f"scale: {tag}: {wave + 1}/{waves} waves")
     seconds = time.monotonic() - started
-    user, system = cpu_seconds(pids)
-    per_delegate_us = 1e6 / max(sent, 1)
+    cpu = cpu_us_per(cpu_before, cpu_use(pids), sent)
     ms = [x * 1000 for x in total.latencies_s]
     return {
         "sent": sent,
@@ -164,8 +165,7 @@ def run_waves(
         "waveSlowestAnswerMs": summary(slowest_ms),
         "perWaveMs": {"p50": wave_p50, "p99": wave_p99},
         "seconds": seconds,
-        "agentsUserUs": (user - user_before) * per_delegate_us,
-        "agentsSystemUs": (system - system_before) * per_delegate_us,
+        "agentsCpu": cpu,  # per delegate
     }
 
 
@@ -282,7 +282,7 @@ def _waves_ms(arm: dict[str, Any]) -> str:
 
 
 def _cpu(arm: dict[str, Any]) -> str:
-    return f"{arm['agentsUserUs']:.0f} us user + {arm['agentsSystemUs']:.0f} us kernel"
+    return cpu_text(arm["agentsCpu"])
 
 
 def run(quick: bool) -> list[Row]:
@@ -358,8 +358,8 @@ def run(quick: bool) -> list[Row]:
             note=f"p50 {prod['latencyMs'].get('p50', float('nan')):.1f} ms "
             f"(bare {bare['latencyMs'].get('p50', float('nan')):.1f} ms); a wave's slowest "
             f"answer {_waves_ms(prod)} (bare {_waves_ms(bare)}); agents' CPU per "
-            f"delegate {_cpu(prod)} (bare {_cpu(bare)}); a new file {create_us:.0f} us of CPU "
-            f"at the start (waited {waited:.0f} s for it)",
+            f"delegate {_cpu(prod)}, bare agents {_cpu(bare)}; a new file {create_us:.0f} us of "
+            f"CPU at the start (waited {waited:.0f} s for it)",
         ),
         Row(
             f"7 scale p99, real orchestrator + {agents} bare agents",

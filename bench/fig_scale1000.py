@@ -51,7 +51,7 @@ from bench.fig_scale import (
     run_waves,
 )
 from bench.harness import Row, log
-from bench.procs import PYTHON, Procs, descendants, memory_of, short_tmpdir
+from bench.procs import PYTHON, Procs, cpu_text, descendants, memory_of, short_tmpdir
 
 NAME = "scale1000"
 P99_GOAL_RATIO = 1.3  # of the bare broker's p99 in the same run
@@ -216,9 +216,8 @@ def run(quick: bool) -> list[Row]:
             goal=f"<= {P99_GOAL_RATIO:g}x bare",
             judge=lambda p, b, r: r is not None and r <= P99_GOAL_RATIO,
             note=f"{IN_FLIGHT} in flight; p50 {_ms(prod):.1f} ms (bare {_ms(bare):.1f} ms); "
-            f"agents' CPU per delegate {prod['agentsUserUs']:.0f} us user + "
-            f"{prod['agentsSystemUs']:.0f} us kernel (bare {bare['agentsUserUs']:.0f} + "
-            f"{bare['agentsSystemUs']:.0f})",
+            f"agents' CPU per delegate {cpu_text(prod['agentsCpu'])}, bare agents "
+            f"{cpu_text(bare['agentsCpu'])}",
         ),
     ]
     if split is not None:
