@@ -1,0 +1,44 @@
+"""The bench's reading of other processes' CPU (`bench.procs.cpu_use`), on a real process."""
+
+import subprocess
+import sys
+
+from bench.procs import cpu_us_per, cpu_use
+
+BURN = """
+import sys, time
+print("ready", flush=True)
+for line in sys.stdin:
+    started = time.process_time()
+    while time.process_time() - started < 0.003:  # 3 ms of CPU, under one clock tick
+        pass
+    print("done", flush=True)
+"""
+
+
+def test_a_few_milliseconds_of_cpu_are_read_that_clock_ticks_would_round_away():
+    with subprocess.Popen(
+        [sys.executable, "-c", BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "ready\n"
+        before = cpu_use([proc.pid])
+        for _ in range(2):
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "done\n"
+        after = cpu_use([proc.pid])
+        proc.kill()
+    used_ms = (after.run_ns - before.run_ns) / 1e6
+    assert 6 <= used_ms < 100  # two bursts of 3 ms, and a little to read and answer
+    per_burst = cpu_us_per(before, after, 2)
+    assert per_burst["cpuUs"] == (after.run_ns - before.run_ns) / 1000 / 2
+    user, kernel = per_burst["userUs"], per_burst["kernelUs"]
+    if user is not None and kernel is not None:  # a tick moved: the split adds up
+        assert abs(user + kernel - (after.run_ns - before.run_ns) / 1000 / 2) < 1e-6
+
+
+def test_a_process_that_is_gone_is_left_out():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    assert cpu_use([proc.pid]).run_ns == 0
