@@ -1,6 +1,8 @@
 """`python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`: run the figures, print the
-table (stdout), write `bench/results.json` and the pictures (`docs/img/bench/*.png`, see
-`bench/plots.py`). Progress goes to stderr.
+table (stdout), write `bench/results.json` and the pictures (`bench/plots.py`): those of a full
+run to `bench/plots/`, where the committed ones are, and those of a `--quick` or `--only` run to
+`bench/plots-partial/`, so that trying one figure cannot replace them. Progress goes to
+stderr.
 
 Figures: roundtrip, throughput, spawn, memory, crash, dispatch, scale, scale1000, touch,
 durability, coldstart, otel, ray, frontdoor.
@@ -150,20 +152,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     log(f"wrote {args.json}")
-    _plots(results)
+    _plots(results, full=not args.quick and args.figures == list(FIGURES))
     broken = [r for r in rows if r.correctness and r.met is not True]
     for row in broken:
         log(f"FAILED: {row.figure}: {fmt(row.product, row.unit)} (goal {row.goal}) {row.note}")
     return 1 if broken else 0
 
 
-def _plots(results: dict[str, Any]) -> None:
+def _plots(results: dict[str, Any], *, full: bool) -> None:
     """The pictures of the figures that ran; without matplotlib (the `bench` extra) the table
     and results.json are still whole, so say so and go on."""
     try:
         from bench import plots
 
-        for path in plots.render(results):
+        out_dir = plots.OUT_DIR if full else plots.PARTIAL_DIR
+        for path in plots.render(results, out_dir):
             log(f"wrote {path}")
     except ImportError as exc:
         log(f"no pictures: {exc} (pip install -e '.[bench]')")

@@ -24,7 +24,8 @@ from typing import Any
 
 from bench.harness import log
 
-OUT_DIR = Path(__file__).resolve().parent / "plots"
+OUT_DIR = Path(__file__).resolve().parent / "plots"  # a full run's: committed, in the docs
+PARTIAL_DIR = Path(__file__).resolve().parent / "plots-partial"  # --quick / --only runs'
 DEFAULT_JSON = Path(__file__).resolve().parent / "results.json"
 PRODUCT, BASELINE, OTHER = "#1f77b4", "#7f7f7f", "#ff7f0e"
 
