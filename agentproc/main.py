@@ -305,6 +305,8 @@ def _set_up_process(args: argparse.Namespace, niced: int = 0) -> None:
     die_with_parent(args.parent_pid)
     if args.nice > niced:
         os.nice(args.nice - niced)  # before any thread starts: threads take their creator's
+    if args.settings.daemon.agent_scheduling == "batch" and hasattr(os, "SCHED_BATCH"):
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))  # as nice: before threads
     # Ctrl-C in a terminal reaches the whole process group; the orchestrator decides for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     configure_logging()

@@ -54,6 +54,15 @@ class DaemonSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             "run --agent-nice",
         ),
     ] = 3
+    agent_scheduling: Annotated[
+        Literal["batch", "normal"],
+        _doc(
+            "batch: an agent woken by a message does not preempt the process running (another "
+            "agent in the middle of its turn) but waits for the scheduler's next pick, while "
+            "the daemon, left normal, still preempts agents to route; fewer switches in the "
+            "middle of turns when many agents compute at once. normal: as any process"
+        ),
+    ] = "batch"
     spare_agents: Annotated[
         int,
         msgspec.Meta(ge=0, le=8),

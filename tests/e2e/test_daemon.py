@@ -93,6 +93,11 @@ def _thread_nices(pid: int) -> set[int]:
     return nices
 
 
+def _thread_policies(pid: int) -> set[int]:
+    """The scheduling policy of every thread of `pid`."""
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 @pytest.mark.parametrize("spawn", ["zygote", "subprocess"])
 def test_agents_run_a_little_below_the_daemons_priority(start_daemon, spawn):
     daemon = start_daemon(QUICKSTART, "--spawn", spawn)
@@ -100,8 +105,12 @@ def test_agents_run_a_little_below_the_daemons_priority(start_daemon, spawn):
     own = os.getpriority(os.PRIO_PROCESS, daemon.proc.pid)
     for name in ("assistant", "researcher"):
         # every thread: libzmq's I/O thread is the agent's too
-        assert _thread_nices(daemon.process(name)["pid"]) == {min(own + 3, 19)}
+        pid = daemon.process(name)["pid"]
+        assert _thread_nices(pid) == {min(own + 3, 19)}
+        # Woken agents do not preempt each other's turns; the daemon preempts them to route.
+        assert _thread_policies(pid) == {os.SCHED_BATCH}
     assert _thread_nices(daemon.proc.pid) == {own}
+    assert _thread_policies(daemon.proc.pid) == {os.SCHED_OTHER}
 
 
 def test_agent_priority_is_an_option(start_daemon):
