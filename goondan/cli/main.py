@@ -245,9 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULTS.storage.durability,
         help="os (default): conversation events are written to the OS before a turn answers "
         "or runs a tool (safe when a process crashes) and fsync'd once the instance is quiet "
-        "for 5 s; fsync: every event, a new conversation's directory entries, extension state "
-        "and long-running tool records are flushed to disk before the loop goes on (safe "
-        "from power loss at any moment, slower)",
+        "for 5 s, and an input from `goondan send` is fsync'd if still unanswered 10 ms after "
+        "it was accepted; fsync: every event, a new conversation's directory entries, "
+        "extension state, long-running tool records and every `send` input are flushed to "
+        "disk before the loop goes on (safe from power loss at any moment, slower)",
     )
     p.add_argument(
         "--hang-timeout",
