@@ -5,9 +5,10 @@ naming its figure): the round trip's latency CDF, throughput by agent count, the
 p50/p99 per wave (200 agents, and 1,000 in `scale1000.png`) and the spawn times.
 `python -m bench` calls `render` at its end.
 
-The PNGs go to `bench/plots/`. The docs site (mkdocs serves only `docs/`) shows them on the
-performance page through `docs/img/bench`, a symlink to that directory: one copy in git, which
-cannot drift from another.
+A full run's PNGs go to `bench/plots/`. The docs site (mkdocs serves only `docs/`) shows them
+on the performance page through `docs/img/bench`, a symlink to that directory: one copy in git,
+which cannot drift from another. A `--quick` or `--only` run's go to `bench/plots-partial/`
+(ignored by git), so that they cannot replace the committed ones.
 
 matplotlib (the `bench` extra) is imported here only, with the Agg backend (no display), so
 `import bench` and every figure run without it.
