@@ -7,13 +7,13 @@ template has no event loop, no threads and no ZeroMQ context when it forks.
 
 Protocol (JSON lines): we say `{"ready": PID}` once the runtime is imported, and
 `{"warm": PID, ...}` once rehearsed and frozen (`Warming`). The orchestrator writes first
-`{"bundle": PATH, "providers": [...], "environ": {...}, "openFiles": N}` (again after a
-reload: we import the providers we lack and load the bundle again), then a line per launch,
-`{"id": N, "argv": [...], "credential": "..."}` (the credential reaches the child in memory,
-never in its argv); we answer `{"id": N, "pid": P}` (or `{"id": N, "error": "..."}`) on
-stdout, and `{"exit": P, "code": C}` when a child ends (C is negative for a signal, like
-`Popen.returncode`). EOF on stdin ends us; the children then die through their parent-death
-signal.
+`{"bundle": PATH, "providers": [...], "environ": {...}, "openFiles": N, "immortal": B}`
+(again after a reload: we import the providers we lack and load the bundle again), then a
+line per launch, `{"id": N, "argv": [...], "credential": "..."}` (the credential reaches the
+child in memory, never in its argv); we answer `{"id": N, "pid": P}` (or `{"id": N, "error":
+"..."}`) on stdout, and `{"exit": P, "code": C}` when a child ends (C is negative for a
+signal, like `Popen.returncode`). EOF on stdin ends us; the children then die through their
+parent-death signal.
 
 Spares (`Spares`, as Android's USAP pool or a pre-forking server): the configuration's
 `"spares": N` keeps N children forked ahead, each done with what does not depend on which
@@ -44,6 +44,7 @@ import uvloop  # noqa: F401
 import agentproc.main  # (and, through it, the whole agent runtime)
 import agentproc.providers.scripted  # noqa: F401
 from agentproc.fresh_pools import fill_partial_pools
+from agentproc.immortal_heap import Immortalizer
 from agentproc.rehearsal import TURNS, rehearse_turns
 from goondan.logs import configure_logging
 from goondan.orphans import die_with_parent
@@ -308,8 +309,9 @@ class Warming:
 
     The template answers launches once the runtime is imported and the bundle loaded: a
     daemon's first agents do not wait for the rest. The rehearsal (`agentproc/rehearsal.py`,
-    stopped after a turn when a launch comes in and resumed later from that turn) and the
-    freezing of the template's objects come after, once nothing has come in for IDLE_S, so
+    stopped after a turn when a launch comes in and resumed later from that turn), making the
+    template's objects immortal (`agentproc/immortal_heap.py`, in pieces as well) and freezing
+    them come after, once nothing has come in for IDLE_S, so
     the first launches (the entry agent's, then those of the agents it asks) are not caught
     behind them. Agents forked after it share all of it; the few forked before quicken their
     own code on their first turns. A reload's new configuration makes it load the bundle
@@ -323,6 +325,8 @@ class Warming:
         self.turns_done = 0
         self.rehearsal_failed = False
         self.frozen = False  # collected, pools filled and frozen since the last change
+        self.immortal = True  # `daemon.immortal_template` (agentproc/immortal_heap.py)
+        self.immortalizer: Immortalizer | None = Immortalizer()  # None once done
         self.fillers: list[object] = []  # alive as long as the template: in the children too
 
     def configure(self, message: dict[str, Any]) -> None:
@@ -332,8 +336,10 @@ class Warming:
         if "openFiles" in message:
             hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
             resource.setrlimit(resource.RLIMIT_NOFILE, (message["openFiles"], hard))
+        self.immortal = message.get("immortal", self.immortal)
         preload_providers(message.get("providers", []))
         self.bundle, self.bundle_loaded = message.get("bundle"), False  # (a cache hit if unchanged)
+        self.immortalizer = Immortalizer()  # what the new configuration loaded
         self.frozen = False
 
     def pending(self) -> bool:
@@ -349,6 +355,9 @@ class Warming:
             answered = rehearse_turns(self.turns_done, TURNS, interrupted)
             self.turns_done += answered
             self.rehearsal_failed = answered == 0
+        elif self.immortal and self.immortalizer is not None:
+            if self.immortalizer.run(interrupted):
+                self.immortalizer = None
         else:
             gc.collect()
             self.fillers.append(fill_partial_pools())

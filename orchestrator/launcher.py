@@ -459,6 +459,7 @@ class ZygoteLauncher:
             "environ": dict(os.environ),
             "openFiles": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             "spares": self.spec.settings.daemon.spare_agents,
+            "immortal": self.spec.settings.daemon.immortal_template,
             # What a spare prepares an agent with before it knows which (`--agent` empty).
             "agentArgv": self.spec.argv("", template_pid),
         }
