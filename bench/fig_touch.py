@@ -5,7 +5,10 @@ starts with cold caches, so it costs about what it touches, and a forked agent's
 are its own copies (reference counts write to them). The kernel marks each page a process
 touches (the accessed bit of its page table entry): `/proc/PID/clear_refs` clears the marks, the
 agent answers one delegate, and `/proc/PID/smaps` sums the `Referenced` pages, private ones
-(anonymous memory, heap, stack) apart from shared ones (the libraries' code). The count moves by
+(anonymous memory, heap, stack) apart from shared ones (the libraries' code). "Private" is the
+kind of mapping: where the template's objects are immortal (`agentproc/immortal_heap.py`)
+most of those anonymous pages are still the template's, shared by every agent, and nothing
+here tells them apart page by page (this kernel has no idle-page tracking). The count moves by
 about 1 % between runs, so it shows what a change to the turn does where the timed figures'
 noise would hide it.
 
