@@ -1,12 +1,12 @@
 # The two commands a newcomer needs: `make run` and `make test`; `make check` before a commit.
-# The newest CPython found of 3.13, 3.12 and python3 (3.11 or newer): from 3.12 on, agents
-# share the objects of the template they fork from (agentproc/immortal_heap.py), which halves
-# their memory. pyenv's installed versions count too, enabled or not.
+# The newest CPython found that can make a venv, of 3.13, 3.12 and python3 (3.11 or newer):
+# from 3.12 on, agents share the objects of the template they fork from, which halves their
+# memory (agentproc/immortal_heap.py). pyenv's installed versions count, enabled or not.
 PYENV_ROOT ?= $(HOME)/.pyenv
 PYTHON ?= $(firstword $(foreach p,python3.13 python3.12 \
 	$(sort $(wildcard $(PYENV_ROOT)/versions/3.13*/bin/python3)) \
 	$(sort $(wildcard $(PYENV_ROOT)/versions/3.12*/bin/python3)) python3,\
-	$(if $(shell $(p) -c '' 2>/dev/null && echo ok),$(p))))
+	$(if $(shell $(p) -c 'import ensurepip, venv' 2>/dev/null && echo ok),$(p))))
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed

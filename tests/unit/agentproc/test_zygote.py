@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentproc.immortal_heap import supported
 from agentproc.rehearsal import TURNS
 from goondan.settings import DEFAULTS
 from orchestrator.launcher import LaunchSpec
@@ -327,3 +328,36 @@ def test_a_template_whose_orchestrator_is_gone_ends_quietly(tmp_path: Path) -> N
         template.stdin.close()  # type: ignore[union-attr]
         assert template.wait(timeout=30) == 0
         assert b"Traceback" not in template.stderr.read()  # type: ignore[union-attr]
+
+
+def _private_kib(pid: int) -> int:
+    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    return sum(int(line.split()[1]) for line in rollup if line.startswith("Private_"))
+
+
+def _spare_private_kib(tmp_path: Path, immortal: bool) -> int:
+    """The private memory of a spare forked from a warm template, once it is set up."""
+    spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
+    with _template(tmp_path, QUICKSTART) as template:
+        assert _read(template) == {"ready": template.pid}
+        configuration = {"bundle": str(QUICKSTART), "providers": [], "spares": 1}
+        argv = spec.argv("", template.pid)
+        _send(template, {**configuration, "immortal": immortal, "agentArgv": argv})
+        assert "warm" in _read(template)
+        spare = _spare_of(template)
+        wait_for(lambda: _niceness(spare) == DEFAULTS.daemon.agent_nice, timeout=20)
+        private = _private_kib(spare)
+        template.stdin.close()  # type: ignore[union-attr]
+        assert template.wait(timeout=30) == 0
+    return private
+
+
+def test_agents_forked_from_a_warm_template_share_its_immortal_objects(tmp_path: Path) -> None:
+    # A spare's set-up runs the agent runtime's code: with the template's objects immortal
+    # it copies none of their pages (CPython 3.12 and 3.13; elsewhere nothing changes).
+    immortal = _spare_private_kib(tmp_path / "on", immortal=True)
+    mortal = _spare_private_kib(tmp_path / "off", immortal=False)
+    if supported():
+        assert immortal < mortal - 512
+    else:
+        assert abs(immortal - mortal) < 256
