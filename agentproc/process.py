@@ -127,6 +127,8 @@ class AgentProcess:
         self._heartbeat_interval_s = settings.heartbeat_interval_s(self._report_counts)
         self._cancel_wait_s = agent.cancel_wait_s
         self._quiet_s = agent.quiet_s
+        # Set when an instance is loaded or ends a turn: it may need settling (below).
+        self._maybe_unsettled = asyncio.Event()
         self._fold_events_bytes = storage.fold_events_bytes
         self.events = RuntimeEventLog(  # every instance's
             self._dirs.agent_dir(self.name),
@@ -354,6 +356,7 @@ class AgentProcess:
             new=not os.path.isdir(key_dir),
             spares=self.spares,
         ).load()
+        self._maybe_unsettled.set()
         if len(self._instances) > self._max_loaded:
             self._unload_least_recent()
         return instance
@@ -469,6 +472,7 @@ class AgentProcess:
             task.uncancel()
         self._reply(job, result)
         instance.last_turn_at = time.monotonic()
+        self._maybe_unsettled.set()
         # The turn's events are already with the OS, so the answer is safe from a crash. An
         # fsync would cost more than the turn itself: it waits until the instance goes quiet
         # (`_settle_quiet_instances`) or the agent stops; with `durability: fsync` every event
@@ -588,8 +592,14 @@ class AgentProcess:
         self._stop.set()
 
     async def _settle_quiet_instances(self) -> None:
-        """Sync and unload the instances that changed and then had no turn for `quiet_s`."""
+        """Sync and unload the instances that changed and then had no turn for `quiet_s`.
+        With none left to settle it waits for a turn or a load instead of a timer: an idle
+        agent wakes only for its heartbeat (1,000 idle agents, each woken every `quiet_s / 2`
+        too, would cost a cold process switch each time)."""
         while True:
+            if not any(instance.conversation.dirty for instance in self._instances.values()):
+                self._maybe_unsettled.clear()
+                await self._maybe_unsettled.wait()
             await asyncio.sleep(self._quiet_s / 2)
             quiet_since = time.monotonic() - self._quiet_s
             for key, instance in self._instances.items():

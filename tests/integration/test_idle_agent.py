@@ -1,0 +1,85 @@
+"""An idle agent sleeps: once its instances are synced and unloaded it wakes only for its
+heartbeat, in a daemon running in this process (real agent processes, the real
+`control.sock`)."""
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import msgspec
+import uvloop
+
+from goondan.bundle import load_bundle
+from goondan.cli.client import ControlClient
+from goondan.paths import StatePaths
+from goondan.settings import DEFAULTS
+from orchestrator.daemon import Daemon
+from tests.proc_table import children, title
+from tests.waiting import until
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart"
+QUIET_S = 0.2  # an instance with no turn for this long is synced and unloaded
+WATCHED_S = 3.0  # under the heartbeat's interval (5 s)
+
+
+def _agent_pid(name: str) -> int | None:
+    """The pid of agent `name`, among this process's descendants (the template's children)."""
+    wanted = f"goondan: agent {name} "
+    below = children(os.getpid())
+    while below:
+        pid = below.pop()
+        if title(pid).startswith(wanted):
+            return pid
+        below.extend(children(pid))
+    return None
+
+
+def _wake_ups(pid: int) -> int:
+    """How many times `pid`'s threads went to sleep and were woken (voluntary switches)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for line in (task / "status").read_text().splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+def test_an_idle_agent_wakes_only_for_its_heartbeat(directory: Path, process_state: None) -> None:
+    agent = msgspec.structs.replace(DEFAULTS.agent, quiet_s=QUIET_S)
+    settings = msgspec.structs.replace(DEFAULTS, agent=agent)
+    assert settings.heartbeat_interval_s() > WATCHED_S
+    paths = StatePaths.at(directory / "state")
+
+    def send() -> None:
+        with ControlClient(paths) as client:
+            result = client.send("What is 1 plus 2?", agent=None, instance_key="k", timeout_s=30)
+        assert result.status == "ok", result
+
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        daemon = Daemon(load_bundle(QUICKSTART), None, paths, settings)
+        serving = loop.create_task(daemon.serve(), name="serve")
+        try:
+            await until(paths.info_file.exists, 30)
+            await loop.run_in_executor(None, send)
+            pid = _agent_pid("assistant")
+            assert pid is not None
+            # Its instance goes quiet, is synced and unloaded (the events file is fsync'd), and
+            # the turn's runtime events are written (their batch is due within ~1.1 s).
+            await asyncio.sleep(1.5)
+            before = _wake_ups(pid)
+            await asyncio.sleep(WATCHED_S)
+            woken = _wake_ups(pid) - before
+        finally:
+            daemon.request_stop()
+            code, _ = await serving
+        assert code == 0
+        return woken
+
+    started = time.monotonic()
+    woken = uvloop.run(scenario())
+    assert time.monotonic() - started < 30
+    # Nothing to settle: no timer wakes it but the heartbeat's, which may come once in the
+    # watch (every QUIET_S / 2 before, ~30 times).
+    assert woken <= 2
