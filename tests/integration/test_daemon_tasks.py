@@ -14,13 +14,10 @@ from pathlib import Path
 import pytest
 import uvloop
 
-from goondan.bundle import load_bundle
 from goondan.paths import StatePaths
 from ipc import wire
-from orchestrator.daemon import Daemon
+from tests.integration.in_process_daemon import serving_daemon
 from tests.waiting import until
-
-QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart"
 
 
 @pytest.fixture
@@ -51,22 +48,15 @@ def test_a_stopped_daemon_leaves_no_task_behind(
         # Read as systemd does, at once: the daemon's sends would block once its queue is full.
         loop = asyncio.get_running_loop()
         loop.add_reader(notify_socket.fileno(), read_notifications)
-        daemon = Daemon(
-            load_bundle(QUICKSTART), None, StatePaths.at(directory / "state"), watch=True
-        )
-        serving = loop.create_task(daemon.serve(), name="serve")
-        await until(daemon.paths.info_file.exists)
-        question = wire.Delegate(
-            input="What is 19 plus 23?", instance_key="t", source=wire.Source("cli", "test")
-        )
-        answer = await asyncio.wait_for(daemon.ask(daemon.entry_agent, question), 30)
-        assert answer.status == "ok", answer
-        await until(lambda: "WATCHDOG=1" in notified)
-        signal.raise_signal(signal.SIGHUP)  # a reload, still under way when the stop comes
-        await until(lambda: "RELOADING=1" in notified)
-        daemon.request_stop()
-        code, _ = await asyncio.wait_for(serving, 30)
-        assert code == 0
+        async with serving_daemon(StatePaths.at(directory / "state"), watch=True) as daemon:
+            question = wire.Delegate(
+                input="What is 19 plus 23?", instance_key="t", source=wire.Source("cli", "test")
+            )
+            answer = await asyncio.wait_for(daemon.ask(daemon.entry_agent, question), 30)
+            assert answer.status == "ok", answer
+            await until(lambda: "WATCHDOG=1" in notified)
+            signal.raise_signal(signal.SIGHUP)  # a reload, still under way when the stop comes
+            await until(lambda: "RELOADING=1" in notified)
         loop.remove_reader(notify_socket.fileno())
         return [task.get_name() for task in asyncio.all_tasks() - {asyncio.current_task()}]
 

@@ -10,15 +10,11 @@ from pathlib import Path
 import msgspec
 import uvloop
 
-from goondan.bundle import load_bundle
-from goondan.cli.client import ControlClient
 from goondan.paths import StatePaths
 from goondan.settings import DEFAULTS
-from orchestrator.daemon import Daemon
+from tests.integration.in_process_daemon import send, serving_daemon
 from tests.proc_table import children, title
-from tests.waiting import until
 
-QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart"
 QUIET_S = 0.2  # an instance with no turn for this long is synced and unloaded
 WATCHED_S = 3.0  # under the heartbeat's interval (5 s)
 
@@ -51,18 +47,10 @@ def test_an_idle_agent_wakes_only_for_its_heartbeat(directory: Path, process_sta
     assert settings.heartbeat_interval_s() > WATCHED_S
     paths = StatePaths.at(directory / "state")
 
-    def send() -> None:
-        with ControlClient(paths) as client:
-            result = client.send("What is 1 plus 2?", agent=None, instance_key="k", timeout_s=30)
-        assert result.status == "ok", result
-
     async def scenario() -> int:
         loop = asyncio.get_running_loop()
-        daemon = Daemon(load_bundle(QUICKSTART), None, paths, settings)
-        serving = loop.create_task(daemon.serve(), name="serve")
-        try:
-            await until(paths.info_file.exists, 30)
-            await loop.run_in_executor(None, send)
+        async with serving_daemon(paths, settings):
+            await loop.run_in_executor(None, send, paths, "What is 1 plus 2?")
             pid = _agent_pid("assistant")
             assert pid is not None
             # Its instance goes quiet, is synced and unloaded (the events file is fsync'd), and
@@ -70,12 +58,7 @@ def test_an_idle_agent_wakes_only_for_its_heartbeat(directory: Path, process_sta
             await asyncio.sleep(1.5)
             before = _wake_ups(pid)
             await asyncio.sleep(WATCHED_S)
-            woken = _wake_ups(pid) - before
-        finally:
-            daemon.request_stop()
-            code, _ = await serving
-        assert code == 0
-        return woken
+            return _wake_ups(pid) - before
 
     started = time.monotonic()
     woken = uvloop.run(scenario())

@@ -9,15 +9,10 @@ from pathlib import Path
 import msgspec
 import uvloop
 
-from goondan.bundle import load_bundle
-from goondan.cli.client import ControlClient
 from goondan.paths import StatePaths
 from goondan.settings import DEFAULTS, Durability
-from orchestrator.daemon import Daemon
 from orchestrator.journal import Journal
-from tests.waiting import until
-
-QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart"
+from tests.integration.in_process_daemon import send, serving_daemon
 
 
 def run_daemon_and_send(
@@ -32,28 +27,15 @@ def run_daemon_and_send(
     paths = StatePaths.at(directory / "state")
     journal = str(paths.journal_file)
 
-    def send(text: str) -> str:
-        with ControlClient(paths) as client:
-            result = client.send(text, agent=None, instance_key="k", timeout_s=30)
-        assert result.status == "ok", result
-        return result.response or ""
-
     async def scenario() -> tuple[list[str], list[str]]:
         loop = asyncio.get_running_loop()
-        daemon = Daemon(load_bundle(QUICKSTART), None, paths, settings)
-        serving = loop.create_task(daemon.serve(), name="serve")
-        try:
-            await until(paths.info_file.exists, 30)
-            await loop.run_in_executor(None, send, "What is 1 plus 2?")
+        async with serving_daemon(paths, settings):
+            await loop.run_in_executor(None, send, paths, "What is 1 plus 2?")
             first = [f for f in fsynced if f == journal]
             fsynced.clear()
-            answer = await loop.run_in_executor(None, send, "What is 3 plus 4?")
+            answer = await loop.run_in_executor(None, send, paths, "What is 3 plus 4?")
             assert "7" in answer
             second = [f for f in fsynced if f == journal]
-        finally:
-            daemon.request_stop()
-            code, _ = await serving
-        assert code == 0
         return first, second
 
     return uvloop.run(scenario())
