@@ -335,6 +335,10 @@ def _private_kib(pid: int) -> int:
     return sum(int(line.split()[1]) for line in rollup if line.startswith("Private_"))
 
 
+def _waiting_on_pipe(pid: int) -> bool:
+    return Path(f"/proc/{pid}/wchan").read_text().endswith("pipe_read")
+
+
 def _spare_private_kib(tmp_path: Path, immortal: bool) -> int:
     """The private memory of a spare forked from a warm template, once it is set up."""
     spec = LaunchSpec(QUICKSTART, "default", f"ipc://{tmp_path}/a.sock", tmp_path, DEFAULTS)
@@ -345,7 +349,8 @@ def _spare_private_kib(tmp_path: Path, immortal: bool) -> int:
         _send(template, {**configuration, "immortal": immortal, "agentArgv": argv})
         assert "warm" in _read(template)
         spare = _spare_of(template)
-        wait_for(lambda: _niceness(spare) == DEFAULTS.daemon.agent_nice, timeout=20)
+        # Niced first thing in its set-up; reading its launch line once the set-up is done.
+        wait_for(lambda: _waiting_on_pipe(spare), timeout=20)
         private = _private_kib(spare)
         template.stdin.close()  # type: ignore[union-attr]
         assert template.wait(timeout=30) == 0
