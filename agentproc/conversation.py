@@ -99,20 +99,25 @@ class Conversation:
         fsync_events: bool = False,
         new: bool = False,
         spares: SpareFiles | None = None,
+        events_fd: int | None = None,
     ) -> None:
         """`directory` is the instance's (`instances/<key>/<agent>`): the conversation's
         files go beside it (see the module doc; `stored` finds older ones). `new`: the caller
         knows the instance key's directory is not there, so nothing is stored: the first
         write makes the directory without first trying to open the file in it. `spares`: the
-        agent's files made ahead, one of which a new conversation's first write takes."""
+        agent's files made ahead, one of which a new conversation's first write takes.
+        `events_fd`: the caller put a spare in place as the key's new directory (`new`
+        implied); this appends to its events file, open and empty."""
         self.directory = directory
         self.events_path = directory.with_name(directory.name + EVENTS_SUFFIX)
         self._base_path: Path | None = None  # made on first use: a new conversation has none
         self._legacy = False  # stored inside the instance's directory, the older layout
         self._files: FilesState = "no key directory" if new else "unknown"
+        if events_fd is not None:
+            self._files = "there"
         self._spares = spares
         self._fsync_events = fsync_events
-        self._events_fd: int | None = None
+        self._events_fd = events_fd
         self._events_end = 0  # the events file's size, while `_events_fd` is open
         self.messages: list[Message] = []
         self._requests: dict[str, int] | None = None  # requestId -> index of its user message
@@ -265,17 +270,16 @@ class Conversation:
 
     def _open_events(self) -> int:
         files, spares = self._files, self._spares
-        if (
-            files in ("no key directory", "no file")
-            and spares is not None
-            and spares.take(self.events_path, key_has_directory=files == "no file")
-        ):
-            files = "there"
-        fd = self._events_fd = open_append(
-            self.events_path, new_directory=files == "no key directory"
-        )
+        fd = None
+        if files in ("no key directory", "no file") and spares is not None:
+            fd = spares.take(self.events_path, key_has_directory=files == "no file")
+        if fd is None:
+            fd = open_append(self.events_path, new_directory=files == "no key directory")
+            self._events_end = os.fstat(fd).st_size  # only this process appends to it
+        else:
+            self._events_end = 0
+        self._events_fd = fd
         self._files = "there"
-        self._events_end = os.fstat(fd).st_size  # only this process appends to it
         return fd
 
     def _write(self, data: bytes, *, durable: bool = False) -> None:

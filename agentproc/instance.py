@@ -43,6 +43,7 @@ class Instance:
         inbox_limit: int = DEFAULTS.agent.inbox_limit,
         new: bool = False,
         spares: SpareFiles | None = None,
+        events_fd: int | None = None,
     ) -> None:
         """`workdir`: the tools' working directory, unless `agents__spawn(cwd=...)` recorded
         another for the instance (`load` reads it). `events`: the agent process's runtime
@@ -50,13 +51,14 @@ class Instance:
         directory. Past `inbox_limit` messages waiting for the next step, the oldest is
         dropped. `new`: the caller knows nothing of it is stored (the instance key's directory
         is not there), so `load` looks for nothing. `spares`: the agent's files made ahead
-        for new conversations (`spare_files`)."""
+        for new conversations (`spare_files`); `events_fd`: one the caller put in place as
+        the key's directory, its events file open (`new` implied)."""
         self.key = key
         self.directory = directory
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
-        self._new = new
+        self._new = new or events_fd is not None
         self.conversation = Conversation(
-            directory, fsync_events=fsync_events, new=new, spares=spares
+            directory, fsync_events=fsync_events, new=new, spares=spares, events_fd=events_fd
         )
         self._own_events = events is None
         self.events = RuntimeEventLog(directory) if events is None else events

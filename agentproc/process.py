@@ -345,6 +345,12 @@ class AgentProcess:
             self._instances.move_to_end(key)
             return instance
         key_dir = self._dirs.instance_dir(key)
+        events_fd = None
+        try:
+            events_fd = self.spares.place(key_dir)  # the usual new conversation
+            new = events_fd is not None or not os.path.isdir(key_dir)
+        except FileExistsError:
+            new = False
         instance = self._instances[key] = Instance(
             key,
             key_dir / self._storage_name,  # conversation_dir, without naming us again
@@ -352,9 +358,10 @@ class AgentProcess:
             fsync_events=self.durability == "fsync",
             events=self.events,
             inbox_limit=self._inbox_limit,
-            # No directory for the key (the usual new conversation): nothing to look for.
-            new=not os.path.isdir(key_dir),
+            # No directory for the key: nothing stored to look for.
+            new=new,
             spares=self.spares,
+            events_fd=events_fd,
         ).load()
         self._maybe_unsettled.set()
         if len(self._instances) > self._max_loaded:

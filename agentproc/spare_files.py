@@ -9,7 +9,10 @@ agent keeps a few spares, each a directory holding an empty events file of the a
     <state-root>/swarms/<swarm>/spares/<agent>/<pid>-<n>/<agent>+events.jsonl
 
 and a new conversation renames one into place, which makes no inode: the directory becomes
-the key's when the key has none, or the file alone moves into the key's directory. The spares
+the key's when the key has none, or the file alone moves into the key's directory. Each spare's
+file stays open, so the conversation's first write opens nothing; and for a new key the rename
+is the look for its directory too (it fails when the directory is there), one system call
+where a look, a rename and an open were three. The spares
 are made again after a turn has answered, and removed when the agent stops; those of an agent
 process that is gone (killed) are removed by the next process of the agent.
 
@@ -21,6 +24,7 @@ an empty conversation, as a crash between making the file and writing to it alwa
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -38,30 +42,50 @@ class SpareFiles:
         self._prefix = f"{os.getpid()}-"
         self._events_name = events_name
         self._count = count
-        self._ready: list[Path] = []  # spares holding an empty events file
+        # Spares holding an empty events file, each with the file open: a new conversation
+        # appends to it as it is, with no open of its own.
+        self._ready: list[tuple[Path, int]] = []
         self._emptied: list[Path] = []  # spares whose file went into a key's directory
         self._made = 0
         self._swept = False
 
-    def take(self, events_path: Path, *, key_has_directory: bool) -> bool:
-        """Put an empty events file at `events_path` by renaming a spare into place: the
-        whole spare when the key has no directory yet, else its file alone (other agents'
-        conversations are there). False when none is ready or the rename fails: the caller
-        makes the file as before."""
+    def place(self, key_dir: Path) -> int | None:
+        """Make `key_dir`, a new instance key's directory, by renaming a spare onto it: the
+        open fd of the empty events file it holds, or None when no spare is ready (or the
+        rename fails for another reason: the caller makes the files as before). The rename
+        is also the look for the key's directory: FileExistsError when it is there (an
+        older conversation of the key's, or another agent's), and the spare stays ready."""
         if not self._ready:
-            return False
-        spare = self._ready.pop()
+            return None
+        spare, fd = self._ready[-1]
+        try:
+            os.rename(spare, key_dir)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise FileExistsError(exc.errno, exc.strerror, str(key_dir)) from exc
+            self._discard(self._ready.pop())
+            return None
+        self._ready.pop()
+        return fd
+
+    def take(self, events_path: Path, *, key_has_directory: bool) -> int | None:
+        """Put an empty events file at `events_path` by renaming a spare into place (the
+        whole spare when the key has no directory yet, else its file alone: other agents'
+        conversations are there): its open fd. None when none is ready or the rename fails:
+        the caller makes the file as before."""
         if not key_has_directory:
-            with contextlib.suppress(OSError):  # made meanwhile by another agent: as below
-                os.rename(spare, events_path.parent)
-                return True
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another agent
+                return self.place(events_path.parent)
+        if not self._ready:
+            return None
+        spare, fd = self._ready.pop()
         try:
             os.rename(spare / self._events_name, events_path)
         except OSError:
-            shutil.rmtree(spare, ignore_errors=True)
-            return False
+            self._discard((spare, fd))
+            return None
         self._emptied.append(spare)
-        return True
+        return fd
 
     def wanted(self) -> bool:
         return len(self._ready) < self._count
@@ -75,19 +99,27 @@ class SpareFiles:
             while len(self._ready) < self._count:
                 spare = self._emptied.pop() if self._emptied else self._new_directory()
                 try:
-                    os.close(open_append(spare / self._events_name))
+                    fd = open_append(spare / self._events_name)
                 except OSError:
                     self._emptied.append(spare)  # removed at close, or filled later
                     raise
-                self._ready.append(spare)
+                self._ready.append((spare, fd))
         except OSError:
             return
 
     def close(self) -> None:
-        for spare in (*self._ready, *self._emptied):
+        for ready in self._ready:
+            self._discard(ready)
+        for spare in self._emptied:
             shutil.rmtree(spare, ignore_errors=True)
         self._ready.clear()
         self._emptied.clear()
+
+    @staticmethod
+    def _discard(ready: tuple[Path, int]) -> None:
+        spare, fd = ready
+        os.close(fd)
+        shutil.rmtree(spare, ignore_errors=True)
 
     def _new_directory(self) -> Path:
         self._made += 1

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from agentproc.conversation import read_messages
 from agentproc.spare_files import SpareFiles
@@ -88,10 +89,11 @@ def test_spares_of_a_process_that_is_gone_are_removed(tmp_path: Path) -> None:
     assert not dead.exists() and alive.is_dir()
     assert (tmp_path / "swarm" / "instances").is_dir()  # where spares go, made beforehand
     key_dir = tmp_path / "swarm" / "instances" / "k"
-    assert spares.take(key_dir / EVENTS, key_has_directory=False)
+    assert spares.take(key_dir / EVENTS, key_has_directory=False) is not None
     assert [p.name for p in key_dir.iterdir()] == [EVENTS]
-    assert not spares.take(
-        tmp_path / "swarm" / "instances" / "k2" / EVENTS, key_has_directory=False
+    assert (
+        spares.take(tmp_path / "swarm" / "instances" / "k2" / EVENTS, key_has_directory=False)
+        is None
     )  # none left
     spares.close()
     assert sorted(p.name for p in home.iterdir()) == [alive.name]
@@ -104,7 +106,10 @@ def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: 
     spares = SpareFiles(blocker / AGENT, tmp_path / "swarm" / "instances", EVENTS, count=2)
     spares.refill()  # no exception: the agent goes on
     assert spares.wanted()
-    assert not spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS, key_has_directory=False)
+    assert (
+        spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS, key_has_directory=False)
+        is None
+    )
 
 
 def test_a_spare_whose_file_could_not_be_made_is_removed_at_close(tmp_path: Path) -> None:
@@ -124,7 +129,38 @@ def test_a_key_directory_made_meanwhile_gets_the_spares_file_alone(tmp_path: Pat
     spares.refill()
     # Not there when the instance was made, there by its first write (another agent's).
     key_dir = key_another_agent_uses(paths, "k")
-    assert spares.take(key_dir / EVENTS, key_has_directory=False)
+    assert spares.take(key_dir / EVENTS, key_has_directory=False) is not None
     assert sorted(p.name for p in key_dir.iterdir()) == [EVENTS, "other+events.jsonl"]
     assert (key_dir / "other+events.jsonl").read_bytes() == OTHERS_EVENTS
+    spares.close()
+
+
+def test_a_spare_placed_as_a_new_keys_directory_comes_with_its_file_open(tmp_path: Path) -> None:
+    paths = StatePaths.at(tmp_path / "state")
+    swarm = paths.swarm(SWARM)
+    spares = SpareFiles(swarm.spares / AGENT, swarm.instances, EVENTS, count=1)
+    spares.refill()
+    fd = spares.place(paths.instance_dir(SWARM, "new"))
+    assert fd is not None
+    os.write(fd, b"appended\n")
+    os.close(fd)
+    assert (paths.instance_dir(SWARM, "new") / EVENTS).read_bytes() == b"appended\n"
+    assert spares.place(paths.instance_dir(SWARM, "another")) is None  # none left
+    spares.close()
+
+
+def test_placing_a_spare_where_the_key_has_a_directory_keeps_both(tmp_path: Path) -> None:
+    # The rename is the look for the key's directory: a stored conversation is not replaced,
+    # and the spare stays ready for the next new key.
+    paths = StatePaths.at(tmp_path / "state")
+    swarm = paths.swarm(SWARM)
+    spares = SpareFiles(swarm.spares / AGENT, swarm.instances, EVENTS, count=1)
+    spares.refill()
+    key_dir = key_another_agent_uses(paths, "k")
+    with pytest.raises(FileExistsError):
+        spares.place(key_dir)
+    assert [p.name for p in key_dir.iterdir()] == ["other+events.jsonl"]
+    assert (key_dir / "other+events.jsonl").read_bytes() == OTHERS_EVENTS
+    assert not spares.wanted()
+    assert spares.place(paths.instance_dir(SWARM, "new")) is not None
     spares.close()
