@@ -238,7 +238,9 @@ async def test_tools_state_and_events(tmp_path):
     state_file = home / "k1" / "extensions" / "ext.json"
     saved = json.loads(state_file.read_text())
     assert saved["n"] == 2
-    assert saved["seen"] == ["hello world", "ext__count", "ext__late", "ext__count"]
+    # Step 1's two calls run at once (sync handlers, in threads): either may complete first.
+    assert saved["seen"][:2] == ["hello world", "ext__count"]
+    assert sorted(saved["seen"][2:]) == ["ext__count", "ext__late"]
 
     # per instance: another instance starts from nothing
     model.queue(reply(None, call("ext__count", {}, "c4")), reply("done"))
