@@ -46,8 +46,9 @@ def test_after_the_fill_the_size_classes_hand_out_packed_objects() -> None:
     result = json.loads(done.stdout)
     assert len(result["before"]) >= 8  # imports leave holes in most size classes
     # All but the smallest classes: the ints and iterators the fill and this check make come
-    # and go there, between the objects.
-    assert set(result["after"]) <= {0, 1, 2}
+    # and go there, between the objects, and so do the lists each batch is held in (64 bytes
+    # and their 8 items' 64: size class 3, where a few seeds of the hash leave a stray hole).
+    assert set(result["after"]) <= {0, 1, 2, 3}
     assert 0 < result["filler"] < 100_000  # held by the caller, so the holes stay filled
 
 
