@@ -73,7 +73,10 @@ def configure_logging(
         processors.append(
             to_json if json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         )
-        factory: Any = structlog.PrintLoggerFactory(file=sys.stderr)
+        # One write per line (print() makes two, the line then its newline): the daemon's
+        # processes share one stderr, and with unbuffered output (PYTHONUNBUFFERED, common in
+        # containers) another process's line could land between them.
+        factory: Any = structlog.WriteLoggerFactory(file=sys.stderr)
     else:
         console = None if json else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         factory = _TeeLoggerFactory(sys.stderr if stderr else None, console, log_file)
@@ -139,8 +142,9 @@ class _TeeLogger:
         self._file.write((line + "\n").encode())
         if self._stderr is not None:
             text = line if self._console is None else self._console(None, "", event)
-            try:
-                print(text, file=self._stderr, flush=True)
+            try:  # one write per line, as `configure_logging` says why
+                self._stderr.write(text + "\n")
+                self._stderr.flush()
             except OSError:  # stderr gone or full: the file has the line
                 pass
 
