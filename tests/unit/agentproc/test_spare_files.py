@@ -122,11 +122,17 @@ def test_a_spare_whose_file_could_not_be_made_is_removed_at_close(tmp_path: Path
     assert list(home.iterdir()) == []
 
 
-def test_a_key_directory_made_meanwhile_gets_the_spares_file_alone(tmp_path: Path) -> None:
+def one_spare(tmp_path: Path) -> tuple[StatePaths, SpareFiles]:
+    """A state root, and the agent's spares with one made."""
     paths = StatePaths.at(tmp_path / "state")
     swarm = paths.swarm(SWARM)
     spares = SpareFiles(swarm.spares / AGENT, swarm.instances, EVENTS, count=1)
     spares.refill()
+    return paths, spares
+
+
+def test_a_key_directory_made_meanwhile_gets_the_spares_file_alone(tmp_path: Path) -> None:
+    paths, spares = one_spare(tmp_path)
     # Not there when the instance was made, there by its first write (another agent's).
     key_dir = key_another_agent_uses(paths, "k")
     assert spares.take(key_dir / EVENTS, key_has_directory=False) is not None
@@ -136,10 +142,7 @@ def test_a_key_directory_made_meanwhile_gets_the_spares_file_alone(tmp_path: Pat
 
 
 def test_a_spare_placed_as_a_new_keys_directory_comes_with_its_file_open(tmp_path: Path) -> None:
-    paths = StatePaths.at(tmp_path / "state")
-    swarm = paths.swarm(SWARM)
-    spares = SpareFiles(swarm.spares / AGENT, swarm.instances, EVENTS, count=1)
-    spares.refill()
+    paths, spares = one_spare(tmp_path)
     fd = spares.place(paths.instance_dir(SWARM, "new"))
     assert fd is not None
     os.write(fd, b"appended\n")
@@ -152,10 +155,7 @@ def test_a_spare_placed_as_a_new_keys_directory_comes_with_its_file_open(tmp_pat
 def test_placing_a_spare_where_the_key_has_a_directory_keeps_both(tmp_path: Path) -> None:
     # The rename is the look for the key's directory: a stored conversation is not replaced,
     # and the spare stays ready for the next new key.
-    paths = StatePaths.at(tmp_path / "state")
-    swarm = paths.swarm(SWARM)
-    spares = SpareFiles(swarm.spares / AGENT, swarm.instances, EVENTS, count=1)
-    spares.refill()
+    paths, spares = one_spare(tmp_path)
     key_dir = key_another_agent_uses(paths, "k")
     with pytest.raises(FileExistsError):
         spares.place(key_dir)
