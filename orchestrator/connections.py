@@ -1,12 +1,14 @@
 """The swarm's Connections: which connector processes run, and what their events become.
 
-An event from a connector is routed by the Connection's ingress rules, journaled (fsync'd),
-acknowledged with `event_ack`, and delivered as one turn of the chosen agent. When the connector
-asked for the reply, the agent's answer goes back to it under the event's correlationId.
+An event from a connector is routed by the Connection's ingress rules, journaled (fsync'd, off
+the event loop: `Journal.accept_durably`), then delivered as one turn of the chosen agent and
+acknowledged with `event_ack`. When the connector asked for the reply, the agent's answer goes
+back to it under the event's correlationId.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable
 
@@ -16,7 +18,7 @@ from goondan.bundle import Bundle, ConnectionSpec, Resource
 from goondan.paths import StorageError
 from ipc import wire
 from ipc.error_codes import ErrorCode
-from orchestrator.ingress import event_text, route_event
+from orchestrator.ingress import Route, event_text, route_event
 from orchestrator.journal import Journal
 from orchestrator.router import Requester, Router
 from orchestrator.supervisor import CONNECTION_PREFIX
@@ -66,8 +68,13 @@ class Connections:
 
     def on_event(self, name: str, identity: bytes, env: wire.Envelope) -> None:
         cid = env.correlation_id or ""
+        self._answering_bugs(name, identity, cid, lambda: self._route(name, identity, cid, env))
+
+    def _answering_bugs(
+        self, name: str, identity: bytes, cid: str, work: Callable[[], None]
+    ) -> None:
         try:
-            self._route(name, identity, cid, env)
+            work()
         except Exception as exc:  # a bug here must still answer the connector
             self._log.exception("failed to route a connector event", connection=name)
             error = wire.ErrorInfo(ErrorCode.E_INTERNAL, f"{type(exc).__name__}: {exc}")
@@ -115,12 +122,45 @@ class Connections:
             span_id=env.span_id,  # the connector's caller's span (a webhook's `traceparent`)
         )
         request_id = self._router.new_request_id()
-        try:  # durable before it is routed, as a CLI input
-            self._journal.accept(request_id, wire.encode_envelope(delegate))
+        try:  # written now; routed and acknowledged once it is durable (fsync'd in a thread)
+            durable = self._journal.accept_durably(request_id, wire.encode_envelope(delegate))
         except StorageError as exc:
             self._ack(identity, cid, wire.EventAck(False, error=wire.ErrorInfo(exc.code, str(exc))))
             return
-        if event.reply:
+
+        def when_durable(done: asyncio.Future[None]) -> None:
+            if done.cancelled():  # the orchestrator stops: the journal delivers it next run
+                return
+            self._answering_bugs(
+                name,
+                identity,
+                cid,
+                lambda: self._deliver(
+                    identity, cid, event.reply, route, delegate, request_id, done
+                ),
+            )
+
+        durable.add_done_callback(when_durable)
+
+    def _deliver(
+        self,
+        identity: bytes,
+        cid: str,
+        reply: bool,
+        route: Route,
+        delegate: wire.Envelope,
+        request_id: str,
+        durable: asyncio.Future[None],
+    ) -> None:
+        """Route a journaled event, once its fsync returned, and acknowledge it."""
+        failure = durable.exception()
+        if failure is not None:  # not durable: refused, and not delivered by the next run
+            with contextlib.suppress(StorageError):
+                self._journal.done(request_id)
+            code = failure.code if isinstance(failure, StorageError) else ErrorCode.E_INTERNAL
+            self._ack(identity, cid, wire.EventAck(False, error=wire.ErrorInfo(code, str(failure))))
+            return
+        if reply:
             self._reply_wanted.add((identity, cid))
         requester = Requester("connector", identity, cid)
         if self._router.delegate(requester, delegate, request_id) is None:

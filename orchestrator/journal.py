@@ -3,11 +3,14 @@
 An input is appended before it is routed, and marked done when it is answered; after an
 orchestrator crash the unanswered ones are delivered again under their original request id,
 so an agent can recognise a replay. A line written to the OS survives any process crash; its
-fsync, which a power loss needs, comes before anything is acknowledged: at once for an input
-acknowledged at once (a connector's event), and for one whose requester hears nothing before
-its answer (`goondan send`, on this machine's `control.sock`) `sync_after_s` later, one fsync
-for every input accepted meanwhile and still unanswered. One answered sooner needs none: a
-power loss that would lose its line would take its requester along.
+fsync, which a power loss needs, comes before anything is acknowledged. An input acknowledged
+as soon as it is routed (a connector's event, `accept_durably`) is routed once its fsync has
+returned: one fsync, in a thread, for every such input appended while the one before ran, so
+the event loop never waits on the disk and a burst of events shares a few fsyncs. One whose
+requester hears nothing before its answer (`goondan send`, on this machine's `control.sock`)
+is fsync'd `sync_after_s` later, one fsync for every input accepted meanwhile and still
+unanswered; one answered sooner needs none: a power loss that would lose its line would take
+its requester along.
 
 The file is compacted to the open entries at start-up, and while running each time it has
 grown by `compact_bytes` (a daemon up for months must not keep every input it ever answered).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 from pathlib import Path
 from typing import Literal
@@ -60,6 +64,12 @@ class Journal:
         self._unsynced: set[str] = set()  # of those, accepted with `sync_now=False`, not fsync'd
         self._sync_timer: asyncio.TimerHandle | None = None
         self._grown = 0  # bytes appended since the file was last rewritten
+        # `accept_durably`'s lines, numbered as appended: those waiting for an fsync (with the
+        # number of each) and how many of them are durable (any fsync of the file counts).
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
+        self._appended = 0
+        self._synced = 0
+        self._syncing: asyncio.Task[None] | None = None
 
     def recover(self) -> list[Entry]:
         """Unanswered inputs of earlier runs, in the order they were accepted."""
@@ -99,6 +109,59 @@ class Journal:
                     self._sync_after_s, self._sync_unanswered
                 )
 
+    def accept_durably(self, request_id: str, frame: bytes) -> asyncio.Future[None]:
+        """Append an input now (`StorageError` if that fails) and fsync it in a thread: the
+        future is done once it is durable, or fails with `StorageError`. At `close` it is
+        cancelled: the line stays, and the next run delivers it."""
+        entry = Entry("accept", request_id, frame)
+        self._append(entry, durable=False)
+        self._open[request_id] = entry
+        loop = asyncio.get_running_loop()
+        durable: asyncio.Future[None] = loop.create_future()
+        if not self._fsync:
+            durable.set_result(None)
+            return durable
+        self._appended += 1
+        self._waiting.append((self._appended, durable))
+        if self._syncing is None:
+            self._syncing = loop.create_task(self._sync_waiting(), name="journal fsync")
+        return durable
+
+    async def _sync_waiting(self) -> None:
+        """fsync what `accept_durably` appended until nothing waits; the lines appended
+        during one fsync share the next (group commit). The thread syncs a duplicate of the
+        file's descriptor, so a compaction that replaces the file meanwhile cannot close it
+        under the thread (the compaction syncs the old file and writes the new one durably)."""
+        batch: list[tuple[int, asyncio.Future[None]]] = []
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                last = batch[-1][0]
+                failure: StorageError | None = None
+                if self._synced < last:
+                    if self._fd is None:  # closed after its own fsync, which failed
+                        error = OSError(errno.EIO, "the journal could not be fsync'd")
+                        failure = StorageError("the journal", self.path, error)
+                    else:
+                        try:
+                            await asyncio.to_thread(_fsync_copy, os.dup(self._fd))
+                            self._synced = max(self._synced, last)
+                        except OSError as exc:
+                            failure = StorageError("the journal", self.path, exc)
+                for _, durable in batch:
+                    if not durable.done():
+                        if failure is None:
+                            durable.set_result(None)
+                        else:
+                            durable.set_exception(failure)
+                batch = []
+        except asyncio.CancelledError:  # `close`: the lines stay for the next run
+            for _, durable in batch:
+                durable.cancel()
+            raise
+        finally:
+            self._syncing = None
+
     def done(self, request_id: str) -> None:
         self._unsynced.discard(request_id)
         if self._open.pop(request_id, None) is not None:
@@ -113,20 +176,28 @@ class Journal:
         return self._open.get(request_id)
 
     def close(self) -> None:
-        """Close the file; inputs still waiting for their fsync get it first."""
+        """Close the file; inputs still waiting for their fsync get it first. Inputs accepted
+        with `accept_durably` and not yet told so are left to the next run (cancelled)."""
         self._sync_unanswered()
         self._close_file()
+        if self._syncing is not None:
+            self._syncing.cancel()
+        for _, durable in self._waiting:
+            durable.cancel()
+        self._waiting.clear()
 
     def _sync_unanswered(self) -> None:
-        """One fsync for the unanswered inputs accepted with `sync_now=False`."""
+        """One fsync for the unanswered inputs accepted with `sync_now=False` or by
+        `accept_durably` and not yet fsync'd."""
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
-        if not self._unsynced or self._fd is None:
+        if (not self._unsynced and self._synced == self._appended) or self._fd is None:
             return
         self._unsynced.clear()
         try:
             os.fsync(self._fd)
+            self._synced = self._appended
         except OSError as exc:  # written to the OS still: only a power loss could lose them
             structlog.get_logger().error(
                 "could not fsync the journal", path=str(self.path), error=str(exc)
@@ -151,6 +222,7 @@ class Journal:
                 written += os.write(fd, line[written:])
             if durable and self._fsync:
                 os.fsync(fd)
+                self._synced = self._appended  # the lines before it are durable too
         except OSError as exc:
             self._cut_back(fd, start)
             raise StorageError("the journal", self.path, exc) from exc
@@ -181,7 +253,9 @@ class Journal:
         """Replace the file with the open entries (written and fsync'd before the rename, so
         a crash leaves either file, and both hold every open entry). On a failed write the
         old file stays, and `StorageError` is raised."""
-        self.close()  # the old file, synced: it must hold every open entry until the rename
+        # The old file, synced: it must hold every open entry until the rename.
+        self._sync_unanswered()
+        self._close_file()
         tmp = self.path.with_suffix(".tmp")
         try:
             with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
@@ -195,3 +269,11 @@ class Journal:
                 tmp.unlink(missing_ok=True)
             raise StorageError("the journal", self.path, exc) from exc
         self._grown = 0
+
+
+def _fsync_copy(fd: int) -> None:
+    """fsync a duplicate of the journal's descriptor, then close it (in a thread)."""
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

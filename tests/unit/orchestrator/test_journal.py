@@ -1,5 +1,12 @@
 import asyncio
+import errno
+import os
+import threading
 
+import pytest
+
+from goondan.paths import StorageError
+from ipc.error_codes import ErrorCode
 from orchestrator.journal import Journal
 from tests.waiting import until
 
@@ -103,3 +110,118 @@ def test_an_input_accepted_to_be_synced_now_is_fsynced_before_accept_returns(tmp
     assert fsynced == [str(path)]
     journal.close()
     assert fsynced == [str(path)]  # nothing left to sync at close
+
+
+# -- inputs acknowledged once durable (a connector's events) ------------------------------------
+
+
+class HeldDisk:
+    """fsync held until `release()`, as on a busy disk; `running` is set while one waits,
+    `threads` are the threads that called it (the spy still syncs). `off_the_loop`: only
+    fsyncs from other threads than this one are held."""
+
+    def __init__(self, monkeypatch, *, off_the_loop: bool = False) -> None:
+        loop_thread = threading.get_ident()
+        self.running = threading.Event()
+        self._released = threading.Event()
+        self.threads: list[int] = []
+        fsync = os.fsync
+
+        def held_fsync(fd: int) -> None:
+            self.threads.append(threading.get_ident())
+            if off_the_loop and threading.get_ident() == loop_thread:
+                fsync(fd)
+                return
+            self.running.set()
+            # On the event loop's thread this would wait for a release that cannot come.
+            assert self._released.wait(10), "fsync held on the event loop"
+            fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", held_fsync)
+
+    def release(self) -> None:
+        self._released.set()
+
+
+async def test_inputs_accepted_together_share_one_fsync_off_the_event_loop(
+    tmp_path, fsynced, monkeypatch
+):
+    path = tmp_path / "journal.jsonl"
+    journal = opened(path, fsynced)
+    disk = HeldDisk(monkeypatch)
+    durable = [journal.accept_durably(f"e{i}", b"x") for i in range(5)]
+    assert not disk.running.is_set()  # written to the OS; the fsync comes after, in a thread
+    await until(disk.running.is_set, what="the fsync under way")  # the loop runs meanwhile
+    assert not any(d.done() for d in durable)  # not durable yet: not acknowledged
+    disk.release()
+    await asyncio.gather(*durable)
+    assert fsynced == [str(path)]  # one for the five
+    assert threading.get_ident() not in disk.threads
+    journal.close()
+    assert [e.id for e in Journal(path).recover()] == [f"e{i}" for i in range(5)]
+
+
+async def test_inputs_accepted_during_an_fsync_share_the_next(tmp_path, fsynced, monkeypatch):
+    path = tmp_path / "journal.jsonl"
+    journal = opened(path, fsynced)
+    disk = HeldDisk(monkeypatch)
+    first = journal.accept_durably("a", b"1")
+    await until(disk.running.is_set, what="the first fsync under way")
+    later = [journal.accept_durably(name, b"2") for name in ("b", "c", "d")]
+    disk.release()
+    await first
+    await asyncio.gather(*later)
+    assert fsynced == [str(path)] * 2  # the first began before their lines: one more
+    journal.close()
+
+
+async def test_a_compaction_during_an_fsync_keeps_every_open_input(tmp_path, fsynced, monkeypatch):
+    path = tmp_path / "journal.jsonl"
+    journal = opened(path, fsynced, compact_bytes=1024)
+    disk = HeldDisk(monkeypatch, off_the_loop=True)
+    durable = journal.accept_durably("kept", b"event")
+    await until(disk.running.is_set, what="its fsync under way")
+    for i in range(40):  # answered inputs: the file is compacted under the running fsync
+        journal.accept(f"in-{i}", b"x" * 100, sync_now=False)
+        journal.done(f"in-{i}")
+    assert path.stat().st_size < 1024
+    disk.release()
+    await durable  # the thread synced the file it began with, which the compaction replaced
+    journal.close()
+    assert [e.id for e in Journal(path).recover()] == ["kept"]
+
+
+async def test_close_leaves_inputs_waiting_for_their_fsync_to_the_next_run(tmp_path, fsynced):
+    path = tmp_path / "journal.jsonl"
+    journal = opened(path, fsynced)
+    durable = journal.accept_durably("a", b"1")
+    journal.close()  # the daemon stops before the fsync's thread ran
+    assert durable.cancelled()  # so the event is not routed nor acknowledged now
+    assert fsynced == [str(path)]  # but its line is durable, for the next run to deliver
+    assert [e.id for e in Journal(path).recover()] == ["a"]
+
+
+async def test_without_fsync_an_input_is_durable_at_once(tmp_path, fsynced):
+    journal = opened(tmp_path / "journal.jsonl", fsynced, fsync=False)
+    assert journal.accept_durably("a", b"1").done()
+    journal.close()
+    assert fsynced == []
+
+
+async def test_an_fsync_that_fails_fails_every_input_waiting_on_it(tmp_path, monkeypatch):
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.recover()
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    durable = [journal.accept_durably(name, b"1") for name in ("a", "b")]
+    for waiter in durable:
+        with pytest.raises(StorageError) as failed:
+            await waiter
+        assert failed.value.code == ErrorCode.E_STORAGE and "Input/output error" in str(
+            failed.value
+        )
+    monkeypatch.undo()
+    journal.close()
