@@ -100,7 +100,8 @@ class Daemon:
         self.grace_s = float(self.swarm.spec.policy.shutdown.grace_period_seconds)
         self.settings = settings
         # `goondan send`'s client hears nothing before its answer and shares our machine, so
-        # only `--durability fsync` wants its input fsync'd before it is routed.
+        # only `--durability fsync` wants its input fsync'd before it is routed
+        # (`_accept_input`).
         self._sync_inputs_now = settings.storage.durability == "fsync"
         self._watch = watch
         self._stop = asyncio.Event()
@@ -853,6 +854,38 @@ class Daemon:
         peer = identity.decode(errors="replace") if identity is not None else None
         self._log.warning("dropped a connection to control.sock", peer=peer, reason=reason)
 
+    def _accept_input(self, requester: Requester, env: wire.Envelope, frame: bytes) -> None:
+        """Journal a `goondan send` input, then route it: at once, or with `--durability
+        fsync` once its fsync (in a thread, shared with the inputs meanwhile) has returned."""
+        request_id = self.router.new_request_id()
+
+        def route(durable: asyncio.Future[None] | None = None) -> None:
+            if durable is not None:
+                if durable.cancelled():  # stopping: the next run delivers it
+                    return
+                failure = durable.exception()
+                if failure is not None:  # not durable: refused, and not delivered next run
+                    self._journal_done(request_id)
+                    self._refuse_input(requester, env, failure)
+                    return
+            if self.router.delegate(requester, env, request_id) is None:
+                self._journal_done(request_id)  # answered at once with an error
+
+        try:  # written before it is routed: no process crash from now on loses it
+            if self._sync_inputs_now:
+                self.journal.accept_durably(request_id, frame).add_done_callback(route)
+                return
+            self.journal.accept(request_id, frame)
+        except StorageError as exc:
+            self._refuse_input(requester, env, exc)
+            return
+        route()
+
+    def _refuse_input(self, requester: Requester, env: wire.Envelope, exc: BaseException) -> None:
+        self._log.error("input refused: journal write failed", error=str(exc))
+        code = exc.code if isinstance(exc, StorageError) else ErrorCode.E_INTERNAL
+        self.router.refuse(requester, env, code, str(exc))
+
     def _on_control_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:
             self._log.warning("dropped control message with unexpected frames", count=len(frames))
@@ -861,16 +894,7 @@ class Daemon:
         try:
             env = wire.decode(frame)
             if env.type == wire.DELEGATE:
-                requester = Requester("control", identity, env.correlation_id)
-                request_id = self.router.new_request_id()
-                try:  # written before it is routed: no process crash from now on loses it
-                    self.journal.accept(request_id, frame, sync_now=self._sync_inputs_now)
-                except StorageError as exc:
-                    self._log.error("input refused: journal write failed", error=str(exc))
-                    self.router.refuse(requester, env, exc.code, str(exc))
-                    return
-                if self.router.delegate(requester, env, request_id) is None:
-                    self._journal_done(request_id)  # answered at once with an error
+                self._accept_input(Requester("control", identity, env.correlation_id), env, frame)
             elif env.type == wire.CONTROL:
                 command = wire.decode_payload(env, wire.Control)
                 if command.command in ("approve", "deny"):

@@ -94,15 +94,14 @@ class Journal:
             self._rewrite()
         return list(accepted.values())
 
-    def accept(self, request_id: str, frame: bytes, *, sync_now: bool = True) -> None:
-        """Append an input, fsync'd before this returns; with `sync_now=False` (on the event
-        loop) fsync'd `sync_after_s` later if it is still unanswered then (module doc)."""
+    def accept(self, request_id: str, frame: bytes) -> None:
+        """Append an input for a requester that hears nothing before its answer: fsync'd
+        `sync_after_s` later if it is still unanswered then (module doc). `StorageError` if
+        the append fails."""
         entry = Entry("accept", request_id, frame)
-        self._append(entry, durable=sync_now)
+        self._append(entry)
         self._open[request_id] = entry
-        if sync_now:
-            self._unsynced.clear()  # that fsync took their lines too
-        elif self._fsync:
+        if self._fsync:
             self._unsynced.add(request_id)
             if self._sync_timer is None:
                 self._sync_timer = asyncio.get_running_loop().call_later(
@@ -114,7 +113,7 @@ class Journal:
         future is done once it is durable, or fails with `StorageError`. At `close` it is
         cancelled: the line stays, and the next run delivers it."""
         entry = Entry("accept", request_id, frame)
-        self._append(entry, durable=False)
+        self._append(entry)
         self._open[request_id] = entry
         loop = asyncio.get_running_loop()
         durable: asyncio.Future[None] = loop.create_future()
@@ -166,7 +165,7 @@ class Journal:
         self._unsynced.discard(request_id)
         if self._open.pop(request_id, None) is not None:
             # Not fsync'd: losing it only means one more (recognised) redelivery.
-            self._append(Entry("done", request_id), durable=False)
+            self._append(Entry("done", request_id))
             if self._grown > self._compact_bytes:
                 with contextlib.suppress(StorageError):  # the line is written; compact later
                     self._rewrite()
@@ -208,7 +207,7 @@ class Journal:
             os.close(self._fd)
             self._fd = None
 
-    def _append(self, entry: Entry, *, durable: bool) -> None:
+    def _append(self, entry: Entry) -> None:
         """Append one line, or raise `StorageError` with the file as it was before."""
         line = _encoder.encode(entry) + b"\n"
         try:
@@ -220,9 +219,6 @@ class Journal:
             written = 0
             while written < len(line):  # a short write is retried, so ENOSPC shows as an error
                 written += os.write(fd, line[written:])
-            if durable and self._fsync:
-                os.fsync(fd)
-                self._synced = self._appended  # the lines before it are durable too
         except OSError as exc:
             self._cut_back(fd, start)
             raise StorageError("the journal", self.path, exc) from exc

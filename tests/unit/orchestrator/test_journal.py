@@ -11,7 +11,7 @@ from orchestrator.journal import Journal
 from tests.waiting import until
 
 
-def test_unanswered_inputs_survive_a_restart(tmp_path):
+async def test_unanswered_inputs_survive_a_restart(tmp_path):
     path = tmp_path / "journal.jsonl"
     journal = Journal(path)
     assert journal.recover() == []
@@ -27,7 +27,7 @@ def test_unanswered_inputs_survive_a_restart(tmp_path):
     assert path.read_bytes().count(b"\n") == 1
 
 
-def test_a_torn_last_line_is_ignored(tmp_path):
+async def test_a_torn_last_line_is_ignored(tmp_path):
     path = tmp_path / "journal.jsonl"
     journal = Journal(path)
     journal.recover()
@@ -38,7 +38,7 @@ def test_a_torn_last_line_is_ignored(tmp_path):
     assert [e.id for e in Journal(path).recover()] == ["x"]
 
 
-def test_done_for_an_unknown_id_writes_nothing(tmp_path):
+async def test_done_for_an_unknown_id_writes_nothing(tmp_path):
     path = tmp_path / "journal.jsonl"
     journal = Journal(path)
     journal.recover()
@@ -47,7 +47,7 @@ def test_done_for_an_unknown_id_writes_nothing(tmp_path):
     assert path.read_bytes() == b""
 
 
-def test_a_long_running_journal_stays_small_and_keeps_what_is_open(tmp_path):
+async def test_a_long_running_journal_stays_small_and_keeps_what_is_open(tmp_path):
     path = tmp_path / "journal.jsonl"
     journal = Journal(path, compact_bytes=4096)
     journal.recover()
@@ -75,8 +75,8 @@ def opened(path, fsynced, **options):
 async def test_an_input_unanswered_after_the_delay_is_fsynced_with_the_others(tmp_path, fsynced):
     path = tmp_path / "journal.jsonl"
     journal = opened(path, fsynced, sync_after_s=0.05)
-    journal.accept("a", b"1", sync_now=False)
-    journal.accept("b", b"2", sync_now=False)
+    journal.accept("a", b"1")
+    journal.accept("b", b"2")
     assert fsynced == []  # written to the OS only: routed without waiting for the disk
     await until(lambda: fsynced, what="the journal's fsync")
     assert fsynced == [str(path)]  # one fsync for both
@@ -88,7 +88,7 @@ async def test_an_input_unanswered_after_the_delay_is_fsynced_with_the_others(tm
 
 async def test_an_input_answered_within_the_delay_needs_no_fsync(tmp_path, fsynced):
     journal = opened(tmp_path / "journal.jsonl", fsynced, sync_after_s=0.05)
-    journal.accept("a", b"1", sync_now=False)
+    journal.accept("a", b"1")
     journal.done("a")
     await asyncio.sleep(0.1)
     journal.close()
@@ -98,18 +98,9 @@ async def test_an_input_answered_within_the_delay_needs_no_fsync(tmp_path, fsync
 async def test_close_fsyncs_the_inputs_still_waiting_for_it(tmp_path, fsynced):
     path = tmp_path / "journal.jsonl"
     journal = opened(path, fsynced, sync_after_s=60)
-    journal.accept("a", b"1", sync_now=False)
-    journal.close()
-    assert fsynced == [str(path)]
-
-
-def test_an_input_accepted_to_be_synced_now_is_fsynced_before_accept_returns(tmp_path, fsynced):
-    path = tmp_path / "journal.jsonl"
-    journal = opened(path, fsynced)
     journal.accept("a", b"1")
-    assert fsynced == [str(path)]
     journal.close()
-    assert fsynced == [str(path)]  # nothing left to sync at close
+    assert fsynced == [str(path)]
 
 
 # -- inputs acknowledged once durable (a connector's events) ------------------------------------
@@ -182,7 +173,7 @@ async def test_a_compaction_during_an_fsync_keeps_every_open_input(tmp_path, fsy
     durable = journal.accept_durably("kept", b"event")
     await until(disk.running.is_set, what="its fsync under way")
     for i in range(40):  # answered inputs: the file is compacted under the running fsync
-        journal.accept(f"in-{i}", b"x" * 100, sync_now=False)
+        journal.accept(f"in-{i}", b"x" * 100)
         journal.done(f"in-{i}")
     assert path.stat().st_size < 1024
     disk.release()

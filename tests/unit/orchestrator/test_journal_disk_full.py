@@ -14,7 +14,7 @@ def lines(path):
     return [line for line in path.read_bytes().split(b"\n") if line]
 
 
-def test_a_write_that_does_not_fit_raises_and_leaves_no_torn_line():
+async def test_a_write_that_does_not_fit_raises_and_leaves_no_torn_line():
     with small_disk() as disk:
         path = disk / "journal.jsonl"
         journal = Journal(path)
@@ -35,7 +35,7 @@ def test_a_write_that_does_not_fit_raises_and_leaves_no_torn_line():
         assert [e.id for e in Journal(path).recover()] == ["kept-1", "kept-2"]
 
 
-def test_a_failed_done_leaves_the_entry_for_one_more_delivery():
+async def test_a_failed_done_leaves_the_entry_for_one_more_delivery():
     with small_disk() as disk:
         path = disk / "journal.jsonl"
         journal = Journal(path)
@@ -49,7 +49,7 @@ def test_a_failed_done_leaves_the_entry_for_one_more_delivery():
         assert [e.id for e in Journal(path).recover()] == ["a" * 3000]
 
 
-def test_recovery_skips_a_torn_line_and_reads_on(tmp_path):
+async def test_recovery_skips_a_torn_line_and_reads_on(tmp_path):
     path = tmp_path / "journal.jsonl"
     journal = Journal(path)
     journal.recover()
