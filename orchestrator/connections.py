@@ -68,11 +68,10 @@ class Connections:
 
     def on_event(self, name: str, identity: bytes, env: wire.Envelope) -> None:
         cid = env.correlation_id or ""
-        self._answering_bugs(name, identity, cid, lambda: self._route(name, identity, cid, env))
+        self._guarded(name, identity, cid, lambda: self._route(name, identity, cid, env))
 
-    def _answering_bugs(
-        self, name: str, identity: bytes, cid: str, work: Callable[[], None]
-    ) -> None:
+    def _guarded(self, name: str, identity: bytes, cid: str, work: Callable[[], None]) -> None:
+        """`work()`; if it raises (a bug), the connector is still answered, with E_INTERNAL."""
         try:
             work()
         except Exception as exc:  # a bug here must still answer the connector
@@ -131,7 +130,7 @@ class Connections:
         def when_durable(done: asyncio.Future[None]) -> None:
             if done.cancelled():  # the orchestrator stops: the journal delivers it next run
                 return
-            self._answering_bugs(
+            self._guarded(
                 name,
                 identity,
                 cid,
