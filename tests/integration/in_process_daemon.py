@@ -1,6 +1,7 @@
-"""A daemon of the quickstart swarm serving in this test's process (real agent processes,
-the real sockets), and `goondan send` as its client speaks it. Tests using it take the
-`process_state` fixture: `serve` changes the umask and freezes the collector."""
+"""A daemon (of the quickstart swarm, unless told another bundle) serving in this test's
+process (real agent processes, the real sockets), and `goondan send` as its client speaks
+it. Tests using it take the `process_state` fixture: `serve` changes the umask and freezes
+the collector."""
 
 from __future__ import annotations
 
@@ -21,10 +22,15 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart"
 
 @contextlib.asynccontextmanager
 async def serving_daemon(
-    paths: StatePaths, settings: Settings = DEFAULTS, *, watch: bool = False
+    paths: StatePaths,
+    settings: Settings = DEFAULTS,
+    *,
+    watch: bool = False,
+    bundle: Path = QUICKSTART,
 ) -> AsyncIterator[Daemon]:
-    """The daemon, once it serves; stopped when the block ends, and its exit code checked."""
-    daemon = Daemon(load_bundle(QUICKSTART), None, paths, settings, watch=watch)
+    """The daemon of `bundle`, once it serves; stopped when the block ends, and its exit code
+    checked."""
+    daemon = Daemon(load_bundle(bundle), None, paths, settings, watch=watch)
     serving = asyncio.get_running_loop().create_task(daemon.serve(), name="serve")
     try:
         await until(paths.info_file.exists, 30)

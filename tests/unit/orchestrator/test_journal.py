@@ -8,6 +8,7 @@ import pytest
 from goondan.paths import StorageError
 from ipc.error_codes import ErrorCode
 from orchestrator.journal import Journal
+from tests.held_disk import HeldDisk
 from tests.waiting import until
 
 
@@ -104,34 +105,6 @@ async def test_close_fsyncs_the_inputs_still_waiting_for_it(tmp_path, fsynced):
 
 
 # -- inputs acknowledged once durable (a connector's events) ------------------------------------
-
-
-class HeldDisk:
-    """fsync held until `release()`, as on a busy disk; `running` is set while one waits,
-    `threads` are the threads that called it (the spy still syncs). `off_the_loop`: only
-    fsyncs from other threads than this one are held."""
-
-    def __init__(self, monkeypatch, *, off_the_loop: bool = False) -> None:
-        loop_thread = threading.get_ident()
-        self.running = threading.Event()
-        self._released = threading.Event()
-        self.threads: list[int] = []
-        fsync = os.fsync
-
-        def held_fsync(fd: int) -> None:
-            self.threads.append(threading.get_ident())
-            if off_the_loop and threading.get_ident() == loop_thread:
-                fsync(fd)
-                return
-            self.running.set()
-            # On the event loop's thread this would wait for a release that cannot come.
-            assert self._released.wait(10), "fsync held on the event loop"
-            fsync(fd)
-
-        monkeypatch.setattr(os, "fsync", held_fsync)
-
-    def release(self) -> None:
-        self._released.set()
 
 
 async def test_inputs_accepted_together_share_one_fsync_off_the_event_loop(
