@@ -11,8 +11,8 @@ agent keeps a few spares, each a directory holding an empty events file of the a
 and a new conversation renames one into place, which makes no inode: the directory becomes
 the key's when the key has none, or the file alone moves into the key's directory. Each spare's
 file stays open, so the conversation's first write opens nothing; and for a new key the rename
-is the look for its directory too (it fails when the directory is there), one system call
-where a look, a rename and an open were three. The spares
+is the look for its directory too (it fails when the directory is there): one system call
+where a look, a rename, an open and a stat were four. The spares
 are made again after a turn has answered, and removed when the agent stops; those of an agent
 process that is gone (killed) are removed by the next process of the agent.
 
