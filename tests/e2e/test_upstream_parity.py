@@ -102,7 +102,10 @@ def register(api, config):
         runtime = ctx.runtime
         seen = Path(runtime.agent.bundle_root) / "seen"
         seen.mkdir(exist_ok=True)
-        (seen / (runtime.inbound.event_id + ".json")).write_bytes(msgspec.json.encode(runtime))
+        # Whole or not at all: the test reads it as soon as it is there.
+        tmp = seen / (runtime.inbound.event_id + ".tmp")
+        tmp.write_bytes(msgspec.json.encode(runtime))
+        tmp.replace(seen / (runtime.inbound.event_id + ".json"))
         return await ctx.next()
 
     api.pipeline.register("turn", record)
