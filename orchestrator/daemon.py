@@ -275,7 +275,10 @@ class Daemon:
         self._redeliver_journal()
         for name in self.connections.connections:
             self.supervisor.ensure_running(name)  # ingress runs from the start
-        self.paths.info_file.write_bytes(msgspec.json.encode(info))
+        # Whole or not at all: `goondan status` and `stop` read it while we may be writing.
+        partial = self.paths.info_file.with_suffix(".json.new")
+        partial.write_bytes(msgspec.json.encode(info))
+        partial.replace(self.paths.info_file)
         self._log.info(
             "orchestrator started",
             pid=os.getpid(),
