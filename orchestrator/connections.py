@@ -8,7 +8,6 @@ back to it under the event's correlationId.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable
 
@@ -121,25 +120,24 @@ class Connections:
             span_id=env.span_id,  # the connector's caller's span (a webhook's `traceparent`)
         )
         request_id = self._router.new_request_id()
-        try:  # written now; routed and acknowledged once it is durable (fsync'd in a thread)
-            durable = self._journal.accept_durably(request_id, wire.encode_envelope(delegate))
-        except StorageError as exc:
-            self._ack(identity, cid, wire.EventAck(False, error=wire.ErrorInfo(exc.code, str(exc))))
-            return
 
-        def when_durable(done: asyncio.Future[None]) -> None:
-            if done.cancelled():  # the orchestrator stops: the journal delivers it next run
-                return
+        def refuse(exc: StorageError) -> None:
+            self._ack(identity, cid, wire.EventAck(False, error=wire.ErrorInfo(exc.code, str(exc))))
+
+        def deliver() -> None:
             self._guarded(
                 name,
                 identity,
                 cid,
-                lambda: self._deliver(
-                    identity, cid, event.reply, route, delegate, request_id, done
-                ),
+                lambda: self._deliver(identity, cid, event.reply, route, delegate, request_id),
             )
 
-        durable.add_done_callback(when_durable)
+        try:  # written now; routed and acknowledged once it is durable (fsync'd in a thread)
+            durable = self._journal.accept_durably(request_id, wire.encode_envelope(delegate))
+        except StorageError as exc:
+            refuse(exc)
+            return
+        self._journal.when_durable(durable, request_id, deliver, refuse)
 
     def _deliver(
         self,
@@ -149,16 +147,8 @@ class Connections:
         route: Route,
         delegate: wire.Envelope,
         request_id: str,
-        durable: asyncio.Future[None],
     ) -> None:
         """Route a journaled event, once its fsync returned, and acknowledge it."""
-        failure = durable.exception()
-        if failure is not None:  # not durable: refused, and not delivered by the next run
-            with contextlib.suppress(StorageError):
-                self._journal.done(request_id)
-            code = failure.code if isinstance(failure, StorageError) else ErrorCode.E_INTERNAL
-            self._ack(identity, cid, wire.EventAck(False, error=wire.ErrorInfo(code, str(failure))))
-            return
         if reply:
             self._reply_wanted.add((identity, cid))
         requester = Requester("connector", identity, cid)

@@ -862,32 +862,24 @@ class Daemon:
         fsync` once its fsync (in a thread, shared with the inputs meanwhile) has returned."""
         request_id = self.router.new_request_id()
 
-        def route(durable: asyncio.Future[None] | None = None) -> None:
-            if durable is not None:
-                if durable.cancelled():  # stopping: the next run delivers it
-                    return
-                failure = durable.exception()
-                if failure is not None:  # not durable: refused, and not delivered next run
-                    self._journal_done(request_id)
-                    self._refuse_input(requester, env, failure)
-                    return
+        def route() -> None:
             if self.router.delegate(requester, env, request_id) is None:
                 self._journal_done(request_id)  # answered at once with an error
 
+        def refuse(exc: StorageError) -> None:
+            self._log.error("input refused: journal write failed", error=str(exc))
+            self.router.refuse(requester, env, exc.code, str(exc))
+
         try:  # written before it is routed: no process crash from now on loses it
             if self._sync_inputs_now:
-                self.journal.accept_durably(request_id, frame).add_done_callback(route)
+                durable = self.journal.accept_durably(request_id, frame)
+                self.journal.when_durable(durable, request_id, route, refuse)
                 return
             self.journal.accept(request_id, frame)
         except StorageError as exc:
-            self._refuse_input(requester, env, exc)
+            refuse(exc)
             return
         route()
-
-    def _refuse_input(self, requester: Requester, env: wire.Envelope, exc: BaseException) -> None:
-        self._log.error("input refused: journal write failed", error=str(exc))
-        code = exc.code if isinstance(exc, StorageError) else ErrorCode.E_INTERNAL
-        self.router.refuse(requester, env, code, str(exc))
 
     def _on_control_frames(self, frames: list[bytes]) -> None:
         if len(frames) != 2:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -125,6 +126,32 @@ class Journal:
         if self._syncing is None:
             self._syncing = loop.create_task(self._sync_waiting(), name="journal fsync")
         return durable
+
+    def when_durable(
+        self,
+        durable: asyncio.Future[None],
+        request_id: str,
+        route: Callable[[], None],
+        refuse: Callable[[StorageError], None],
+    ) -> None:
+        """Once `durable` (from `accept_durably`) is done: `route()` the input, or, if its
+        fsync failed, mark it done (refused now, it must not be delivered by the next run)
+        and `refuse(error)`. Neither when it was cancelled: the next run delivers it."""
+
+        def done(durable: asyncio.Future[None]) -> None:
+            if durable.cancelled():
+                return
+            failure = durable.exception()
+            if failure is None:
+                route()
+                return
+            with contextlib.suppress(StorageError):
+                self.done(request_id)
+            if not isinstance(failure, StorageError):  # `_sync_waiting` sets no other
+                failure = StorageError("the journal", self.path, OSError(str(failure)))
+            refuse(failure)
+
+        durable.add_done_callback(done)
 
     async def _sync_waiting(self) -> None:
         """fsync what `accept_durably` appended until nothing waits; the lines appended

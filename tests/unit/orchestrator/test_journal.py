@@ -189,3 +189,26 @@ async def test_an_fsync_that_fails_fails_every_input_waiting_on_it(tmp_path, mon
         )
     monkeypatch.undo()
     journal.close()
+
+
+async def test_an_input_whose_fsync_failed_is_refused_and_not_delivered_again(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "journal.jsonl"
+    journal = Journal(path)
+    journal.recover()
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    outcome: list[object] = []
+    journal.when_durable(
+        journal.accept_durably("a", b"1"), "a", lambda: outcome.append("routed"), outcome.append
+    )
+    await until(lambda: outcome, what="the input's outcome")
+    [refused] = outcome
+    assert isinstance(refused, StorageError) and refused.code == ErrorCode.E_STORAGE
+    monkeypatch.undo()
+    journal.close()
+    assert Journal(path).recover() == []  # refused now: not delivered by the next run
