@@ -112,9 +112,9 @@ class Conversation:
         self.events_path = directory.with_name(directory.name + EVENTS_SUFFIX)
         self._base_path: Path | None = None  # made on first use: a new conversation has none
         self._legacy = False  # stored inside the instance's directory, the older layout
-        self._files: FilesState = "no key directory" if new else "unknown"
-        if events_fd is not None:
-            self._files = "there"
+        self._files: FilesState = (
+            "there" if events_fd is not None else "no key directory" if new else "unknown"
+        )
         self._spares = spares
         self._fsync_events = fsync_events
         self._events_fd = events_fd

@@ -62,7 +62,7 @@ class Journal:
         self._sync_after_s = sync_after_s
         self._fd: int | None = None
         self._open: dict[str, Entry] = {}  # unanswered, in the order they were accepted
-        self._unsynced: set[str] = set()  # of those, accepted with `sync_now=False`, not fsync'd
+        self._unsynced: set[str] = set()  # of those, taken by `accept` and not yet fsync'd
         self._sync_timer: asyncio.TimerHandle | None = None
         self._grown = 0  # bytes appended since the file was last rewritten
         # `accept_durably`'s lines, numbered as appended: those waiting for an fsync (with the
@@ -213,8 +213,8 @@ class Journal:
         self._waiting.clear()
 
     def _sync_unanswered(self) -> None:
-        """One fsync for the unanswered inputs accepted with `sync_now=False` or by
-        `accept_durably` and not yet fsync'd."""
+        """One fsync for the unanswered inputs taken by `accept`, or by `accept_durably`,
+        and not yet fsync'd."""
         if self._sync_timer is not None:
             self._sync_timer.cancel()
             self._sync_timer = None
