@@ -38,9 +38,9 @@ from typing import Literal
 
 import msgspec
 
-from agentproc.files import fsync_dir, open_append
 from agentproc.messages import Message
 from agentproc.spare_files import SpareFiles
+from goondan.files import fsync_dir, open_append
 from goondan.paths import BASE_SUFFIX, EVENTS_SUFFIX, StorageError, conversation_files
 from ipc.error_codes import ErrorCode
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from agentproc.files import replace_file
+from goondan.files import replace_file
 
 _MISSING = object()
 _encoder = msgspec.json.Encoder()

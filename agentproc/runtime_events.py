@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 import structlog
 
-from agentproc.files import open_append
+from goondan.files import open_append
 from goondan.settings import DEFAULTS
 
 EVENTS_FILE = "runtime-events.jsonl"

@@ -29,7 +29,7 @@ import os
 import shutil
 from pathlib import Path
 
-from agentproc.files import open_append
+from goondan.files import open_append
 
 
 class SpareFiles:

@@ -30,11 +30,11 @@ import msgspec
 import structlog
 
 from agentproc.counters import COUNTERS
-from agentproc.files import replace_file
 from agentproc.messages import Message
 from agentproc.tool_executor import error_info, shape_output
 from agentproc.tool_registry import ToolEntry, make_entry
 from agentproc.tracing import TurnTracer, new_span_id
+from goondan.files import replace_file
 from goondan.tools import Pending, ToolContext, ToolError, ToolErrorInfo, ToolResult
 from ipc.error_codes import ErrorCode
 

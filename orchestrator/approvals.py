@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import structlog
 
+from goondan.files import replace_file
 from goondan.paths import StorageError
 from ipc import wire
 from ipc.error_codes import ErrorCode
@@ -83,7 +84,7 @@ class ApprovalRegistry:
         for key, entry in list(self._entries.items()):
             if entry.decision and now - entry.decided_at > _KEEP_DECIDED_S:
                 del self._entries[key]
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(StorageError):  # the file as it is holds every entry
             self._rewrite()
         waiting = [e for e in self._entries.values() if not e.decision]
         for entry in waiting:
@@ -196,13 +197,8 @@ class ApprovalRegistry:
             raise StorageError("the approvals journal", self.path, exc) from exc
 
     def _rewrite(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
-            for entry in self._entries.values():
-                out.write(_encoder.encode(entry) + b"\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, self.path)
+        lines = [_encoder.encode(entry) + b"\n" for entry in self._entries.values()]
+        replace_file(self.path, b"".join(lines), durable=True, what="the approvals journal")
 
 
 def with_decider(command: wire.Control, uid: int | None) -> wire.Control:

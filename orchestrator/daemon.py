@@ -24,6 +24,7 @@ import structlog
 
 from goondan.bundle import Bundle, BundleInvalid
 from goondan.envfiles import EnvFileError, EnvFiles
+from goondan.files import replace_file
 from goondan.hardening import forbid_inspection
 from goondan.paths import BadInstanceKey, StatePaths, StorageError, storage_name
 from goondan.proctitle import set_title
@@ -276,9 +277,7 @@ class Daemon:
         for name in self.connections.connections:
             self.supervisor.ensure_running(name)  # ingress runs from the start
         # Whole or not at all: `goondan status` and `stop` read it while we may be writing.
-        partial = self.paths.info_file.with_suffix(".json.new")
-        partial.write_bytes(msgspec.json.encode(info))
-        partial.replace(self.paths.info_file)
+        replace_file(self.paths.info_file, msgspec.json.encode(info), mode=0o644)
         self._log.info(
             "orchestrator started",
             pid=os.getpid(),

@@ -33,6 +33,7 @@ from typing import Literal
 import msgspec
 import structlog
 
+from goondan.files import replace_file
 from goondan.paths import StorageError
 from goondan.settings import DEFAULTS
 
@@ -279,18 +280,8 @@ class Journal:
         # The old file, synced: it must hold every open entry until the rename.
         self._sync_unanswered()
         self._close_file()
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
-                for entry in self._open.values():
-                    out.write(_encoder.encode(entry) + b"\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink(missing_ok=True)
-            raise StorageError("the journal", self.path, exc) from exc
+        lines = [_encoder.encode(entry) + b"\n" for entry in self._open.values()]
+        replace_file(self.path, b"".join(lines), durable=True, what="the journal")
         self._grown = 0
 
 

@@ -18,7 +18,6 @@ sha256; `goondan validate` reports an entry that disagrees with what is installe
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from goondan.bundle import codes
 from goondan.bundle.errors import ConfigError
 from goondan.bundle.located import display_path
 from goondan.bundle.packages import LOCK_FILE, InstalledPackage
+from goondan.files import replace_file
 
 LOCKFILE_VERSION = 1
 HEADER = (
@@ -118,9 +118,8 @@ def write_lock(root: Path, entries: dict[str, LockEntry]) -> Path:
     for name in sorted(entries):
         lines.append(f"  {json.dumps(name)}:\n")
         lines.extend(f"    {k}: {json.dumps(v)}\n" for k, v in entries[name].to_yaml().items())
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(lines), encoding="utf-8")
-    os.replace(tmp, path)
+    # Committed beside the bundle: readable by all, as any file the user writes.
+    replace_file(path, "".join(lines).encode(), mode=0o644, what="the lockfile")
     return path
 
 

@@ -26,6 +26,7 @@ import msgspec
 import structlog
 from aiohttp import web
 
+from goondan.files import replace_file
 from goondan.paths import BadInstanceKey, StatePaths, key_of, storage_name
 from ipc import wire
 from orchestrator.studio.events import EventStore, matches
@@ -166,11 +167,7 @@ class Studio:
         await web.SockSite(self._runner, self._sock, shutdown_timeout=1.0).start()
         info = {"url": self.url, "token": self.token, "pid": os.getpid()}
         # Whole or not at all: `goondan studio` may read it at any moment.
-        partial = self.info_file.with_name(INFO_FILE + ".new")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f)
-        partial.replace(self.info_file)
+        replace_file(self.info_file, json.dumps(info).encode())
         self._log.info("studio listening", url=self.url, open="goondan studio")
 
     async def close(self) -> None:

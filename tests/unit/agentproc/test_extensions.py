@@ -310,3 +310,13 @@ async def test_runtime_events_reach_subscribers(tmp_path):
     [payload] = seen
     assert payload["agentName"] == "tester" and payload["stepCount"] == 1
     assert payload["type"] == "turn.completed" and payload["turnId"]
+
+
+def test_with_fsync_durability_an_instance_saves_its_extension_state_durably(tmp_path, fsynced):
+    directory = tmp_path / "k"
+    instance = Instance("k", directory, fsync_events=True).load()
+    instance.state.set("memory", {"facts": ["42"]})
+    instance.end_turn()
+    saved = directory / "extensions" / "memory.json"
+    assert saved.read_bytes() == b'{"facts":["42"]}'
+    assert fsynced == [str(saved) + ".tmp", str(saved.parent)]

@@ -1,4 +1,5 @@
-"""The file operations the instance stores share: append-only logs and atomic replacements."""
+"""The file operations state shares: append-only logs, and files replaced whole at once (an
+agent's instance state, the orchestrator's journals, its run files, the lockfile)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,19 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
-    """Make `data` the content of `path` at once (write a temporary file, rename it over),
-    creating the directory as needed. `durable`: fsync'd, file and directory, before it
-    returns, so a power loss leaves the old content or the new, never an empty file.
-    A failed write (disk full, I/O error) raises `StorageError` and leaves the old content."""
+def replace_file(
+    path: Path, data: bytes, *, durable: bool = False, mode: int = 0o600, what: str | None = None
+) -> None:
+    """Make `data` the content of `path` at once (write a temporary file, rename it over), so a
+    reader sees the old content or the new, never a part; creates the directory as needed.
+    `durable`: fsync'd, file and directory, before it returns, so a power loss leaves the old
+    content or the new, never an empty file. `mode` applies to a new file (less the umask).
+    A failed write (disk full, I/O error) raises `StorageError`, naming `what` (the file's
+    name by default), and leaves the old content."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as out:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "wb") as out:
             out.write(data)
             if durable:
                 out.flush()
@@ -54,4 +59,4 @@ def replace_file(path: Path, data: bytes, *, durable: bool = False) -> None:
     except OSError as exc:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
-        raise StorageError(path.name, path, exc) from exc
+        raise StorageError(what or path.name, path, exc) from exc
