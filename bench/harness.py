@@ -187,12 +187,15 @@ def machine() -> dict[str, Any]:
 
 
 def describe_machine(info: dict[str, Any]) -> str:
+    waited = info.get("waitedForQuietDiskS")
+    wait_note = f" (after waiting {waited:.0f} s for it)" if waited else ""
     return (
         f"{info['date']}; {info['nproc']} vCPU {info['cpu']}, {info['memGiB']} GiB, "
         f"kernel {info['kernel']}; Python {info['python']}, pyzmq {info['pyzmq']} "
         f"(libzmq {info['libzmq']}), msgspec {info['msgspec']}, uvloop {info['uvloop']}; "
         f"load average {info['loadavgStart']:.2f} at start, "
         f"{info.get('loadavgEnd', 0):.2f} at end; a new file {info['fileCreateUs']:.0f} us of CPU"
+        f"{wait_note}"
     )
 
 
