@@ -12,9 +12,11 @@ and a new conversation renames one into place, which makes no inode: the directo
 the key's when the key has none, or the file alone moves into the key's directory. Each spare's
 file stays open, so the conversation's first write opens nothing; and for a new key the rename
 is the look for its directory too (it fails when the directory is there): one system call
-where a look, a rename, an open and a stat were four. The spares
-are made again after a turn has answered, and removed when the agent stops; those of an agent
-process that is gone (killed) are removed by the next process of the agent.
+where a look, a rename, an open and a stat were four. The spares are made again after a turn
+has answered. They outlive their process: the agent's next process (a restart, a respawn after
+a crash) takes over those of its processes that are gone, renaming each to its own name, so
+stopping and starting an agent neither deletes nor makes an inode (on that file system a
+deletion slows every inode made in the minutes after it, in any process).
 
 Spares live beside `instances/`, on its file system (a rename cannot cross one), where nothing
 that lists instances looks. A spare is empty until it is in place, so a crash leaves at worst
@@ -47,7 +49,7 @@ class SpareFiles:
         self._ready: list[tuple[Path, int]] = []
         self._emptied: list[Path] = []  # spares whose file went into a key's directory
         self._made = 0
-        self._swept = False
+        self._adopted = False
 
     def place(self, key_dir: Path) -> int | None:
         """Make `key_dir`, a new instance key's directory, by renaming a spare onto it: the
@@ -94,24 +96,23 @@ class SpareFiles:
         """Make spares up to `count`. A failure (a full disk) stops it quietly: new
         conversations then make their own files, and report the disk's error if it lasts."""
         try:
-            if not self._swept:
-                self._sweep()
+            if not self._adopted:
+                self._adopt()
             while len(self._ready) < self._count:
                 spare = self._emptied.pop() if self._emptied else self._new_directory()
                 try:
                     fd = open_append(spare / self._events_name)
                 except OSError:
-                    self._emptied.append(spare)  # removed at close, or filled later
+                    self._emptied.append(spare)  # filled later, here or by the next process
                     raise
                 self._ready.append((spare, fd))
         except OSError:
             return
 
     def close(self) -> None:
-        for ready in self._ready:
-            self._discard(ready)
-        for spare in self._emptied:
-            shutil.rmtree(spare, ignore_errors=True)
+        """Close the spares' files; the spares stay, for the agent's next process."""
+        for _, fd in self._ready:
+            os.close(fd)
         self._ready.clear()
         self._emptied.clear()
 
@@ -122,21 +123,50 @@ class SpareFiles:
         shutil.rmtree(spare, ignore_errors=True)
 
     def _new_directory(self) -> Path:
-        self._made += 1
-        spare = self._directory / f"{self._prefix}{self._made}"
-        spare.mkdir(parents=True)
-        return spare
+        while True:  # a name a process gone before us, under the same pid, may have left
+            spare = self._next_name()
+            try:
+                spare.mkdir(parents=True)
+                return spare
+            except FileExistsError:
+                continue
 
-    def _sweep(self) -> None:
-        """Remove the spares of this agent's processes that are gone."""
-        self._swept = True
+    def _next_name(self) -> Path:
+        self._made += 1
+        return self._directory / f"{self._prefix}{self._made}"
+
+    def _adopt(self) -> None:
+        """Take over the spares of this agent's processes that are gone: each renamed to one of
+        ours, so that one process alone gets it, and filled by `refill` (its file is opened
+        where it is there, made where it is not). One with anything in its file (none
+        should have: a spare's file is written only once it is in place) is removed."""
+        self._adopted = True
         # The key directories a spare becomes go into `instances/`: it must be there.
         self._instances.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self._directory):
                 pid, _, _ = entry.name.partition("-")
                 if pid.isdigit() and not _alive(int(pid)):
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                    self._claim(Path(entry.path))
+
+    def _claim(self, spare: Path) -> None:
+        while True:
+            ours = self._next_name()
+            try:
+                os.rename(spare, ours)
+                break
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    continue  # a name of ours left by an earlier process with our pid
+                return  # another process of the agent took it first
+        try:
+            written = os.stat(ours / self._events_name).st_size > 0
+        except FileNotFoundError:
+            written = False
+        if written:
+            shutil.rmtree(ours, ignore_errors=True)
+        else:
+            self._emptied.append(ours)
 
 
 def _alive(pid: int) -> bool:
