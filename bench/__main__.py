@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if info["fileCreateUs"] > QUIET_FILE_CREATE_US:
         log(
             f"creating a file costs {info['fileCreateUs']:.0f} us of CPU here (usually "
-            "20-60): the file system is still paying for files deleted in the last minutes "
+            "25-35): the file system is still paying for files deleted in the last minutes "
             "(ext4 without a journal)" + ("; waiting for it to settle" if not args.quick else "")
         )
         if not args.quick:
