@@ -108,15 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     info = machine()
     log(f"machine: {info['nproc']} vCPU {info['cpu']}, Python {info['python']}")
+    full_run = not args.quick and not args.only  # `--only scale` waits on its own
     if info["fileCreateUs"] > QUIET_FILE_CREATE_US:
         log(
             f"creating a file costs {info['fileCreateUs']:.0f} us of CPU here (usually "
             "25-35): the file system is still paying for files deleted in the last minutes "
-            "(ext4 without a journal)" + ("; waiting for it to settle" if not args.quick else "")
+            "(ext4 without a journal)" + ("; waiting for it to settle" if full_run else "")
         )
-        if not args.quick:
+        if full_run:
             # Every figure that starts conversations pays for it (figure 1's first requests
-            # most of all); the bench deletes nothing until it exits, so once is enough.
+            # most of all); the figures' state is deleted when the bench exits: once is enough.
             cost, info["waitedForQuietDiskS"] = wait_for_quiet_disk()
             info["fileCreateUs"] = round(cost, 1)
             log(f"a new file costs {info['fileCreateUs']:.0f} us of CPU now")
