@@ -51,7 +51,7 @@ from orchestrator.trust import PEER_KEY_FILE, SENDS, Admitted, Refused, admit, w
 from orchestrator.watch import watch
 
 if TYPE_CHECKING:
-    from orchestrator.metrics import AgentUsage, MetricsServer
+    from orchestrator.metrics import AgentUsage, MetricsServer, RequestStats
     from orchestrator.otel_sdk import SpanExport
     from orchestrator.ray_placement import RayPlacement
     from orchestrator.studio.server import Studio
@@ -129,6 +129,7 @@ class Daemon:
         # `run --metrics HOST:PORT`: /metrics served there (orchestrator.metrics).
         self.metrics_address: tuple[str, int] | None = None
         self._usage: AgentUsage | None = None
+        self._requests: RequestStats | None = None  # each settled request, for /metrics
         self._metrics_server: MetricsServer | None = None
         self.placement: RayPlacement | None = None  # `run --placement ray`
         # `run --studio`: its listening socket, bound by the CLI; the studio starts with us.
@@ -234,6 +235,7 @@ class Daemon:
             self.supervisor.ensure_running,
             on_settled=self._settled,
             settings=self.settings.daemon,
+            measure=self._metrics_server is not None,
         )
         storage = self.settings.storage
         self.journal = Journal(
@@ -304,9 +306,10 @@ class Daemon:
             return
         from orchestrator import metrics
 
-        requests, self._usage = metrics.RequestStats(), metrics.AgentUsage()
-        self.router.on_finished = requests.finished
-        collector = metrics.DaemonCollector(self.supervisor, self.router, requests, self._usage)
+        self._requests, self._usage = metrics.RequestStats(), metrics.AgentUsage()
+        collector = metrics.DaemonCollector(
+            self.supervisor, self.router, self._requests, self._usage
+        )
         await self._metrics_server.start(collector)
 
     def _start_studio(self, sock: socket.socket) -> None:
@@ -378,12 +381,14 @@ class Daemon:
             code=code,
         )
 
-    def _settled(self, request: InFlight) -> None:
+    def _settled(self, request: InFlight, outcome: str) -> None:
         # At shutdown, unanswered inputs stay in the journal for the next run. Replays settle
         # in `_replay_answered`, which decides whether they are done.
         outside = request.requester.channel in ("control", "connector")
         if outside and not self._stopping:
             self._journal_done(request.oid)
+        if self._requests is not None:
+            self._requests.finished(request, outcome)
 
     def _journal_done(self, request_id: str) -> None:
         try:

@@ -91,16 +91,22 @@ class Router:
         entry_agent: str,
         outbox: Outbox,
         start_agent: Callable[[str], None],
-        on_settled: Callable[[InFlight], None] | None = None,
+        on_settled: Callable[[InFlight, str], None] | None = None,
         settings: DaemonSettings = DEFAULTS.daemon,
+        *,
+        measure: bool = False,
     ) -> None:
-        """`on_settled(request)` is told when a request got its one answer (the journal).
+        """`on_settled(request, outcome)` is told once a request got its one answer or gave up
+        (the journal, the metrics): `outcome` is "timeout", "error" for a refused request, and
+        with `measure` the answer's status; without it "ok" for every answer (a status is read
+        from the answer only for `measure`, which also times each request: `--metrics`).
         `settings`: the default time limit of a request, and how often one is delivered."""
         self.agents = agents
         self.entry_agent = entry_agent
         self._outbox = outbox
         self._start_agent = start_agent
         self._on_settled = on_settled
+        self._measure = measure
         self._request_timeout_ms = settings.request_timeout_ms
         self._max_deliveries = settings.max_deliveries
         # Ids are unique across restarts (the journal replays requests under their old id).
@@ -116,8 +122,6 @@ class Router:
         }
         self._log = structlog.get_logger().bind(component="router")
         self._refusals = ThrottledLog(self._log)
-        # `goondan run --metrics`: told of each settled request and its outcome.
-        self.on_finished: Callable[[InFlight, str], None] | None = None
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -167,7 +171,7 @@ class Router:
             return None
         pending = InFlight(oid, requester, target, frame, env.trace_id)
         pending.timeout_ms = routing.timeout_ms or self._request_timeout_ms
-        if self.on_finished is not None:
+        if self._measure:
             pending.started = time.monotonic()
         self._timeouts.add(pending, pending.timeout_ms / 1000, len(self.pending))
         self.pending[oid] = pending
@@ -202,7 +206,7 @@ class Router:
                 oid=oid,
             )
             return
-        self._finish(oid, _status(env) if self.on_finished is not None else "ok")
+        self._finish(oid, _status(env) if self._measure else "ok")
         answer = msgspec.structs.replace(
             env,
             to=pending.requester.identity.decode(errors="replace"),
@@ -361,11 +365,9 @@ class Router:
         self._by_target[pending.target].pop(oid, None)
         if self._on_settled is not None:
             try:
-                self._on_settled(pending)
+                self._on_settled(pending, outcome)
             except Exception:  # bookkeeping must not cost the requester its answer
                 self._log.exception("settling a request failed", oid=oid)
-        if self.on_finished is not None:
-            self.on_finished(pending, outcome)  # counting: additions that do not raise
         return pending
 
     def _is_open(self, pending: InFlight) -> bool:

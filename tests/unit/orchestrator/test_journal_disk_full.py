@@ -84,7 +84,7 @@ async def test_the_requester_gets_its_answer_when_the_done_line_cannot_be_writte
         journal.recover()
         outbox = RecordingOutbox()
         outbox.running.add("a")
-        router = Router({"a"}, "a", outbox, lambda name: None, lambda p: journal.done(p.oid))
+        router = Router({"a"}, "a", outbox, lambda name: None, lambda p, _: journal.done(p.oid))
         router.agent_ready("a")
         request_id = "r-" + "i" * 3000  # its done line needs a page of its own
         journal.accept(request_id, b"frame")

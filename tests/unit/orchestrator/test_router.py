@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from ipc import wire, zmtp
-from orchestrator.router import InFlight, Requester, Router
+from orchestrator.router import Requester, Router
 
 
 class RecordingOutbox:
@@ -210,15 +210,21 @@ async def test_a_reused_request_id_is_kept(setup):
 
 
 async def test_settled_requests_are_reported_once(setup):
-    settled: list[InFlight] = []
+    settled: list[tuple[str, str]] = []
     outbox = RecordingOutbox()
-    router = Router({"a", "b"}, "a", outbox, lambda name: None, on_settled=settled.append)
+    router = Router(
+        {"a", "b"},
+        "a",
+        outbox,
+        lambda name: None,
+        lambda p, outcome: settled.append((p.oid, outcome)),
+    )
     outbox.running.add("b")
     router.agent_ready("b")
     oid = router.delegate(Requester("control", b"cli", "1"), delegate("b"))
     router.result(*reply_to(outbox.to_agents[0][1], "ok"))
     router.result(*reply_to(outbox.to_agents[0][1], "again"))
-    assert [p.oid for p in settled] == [oid]
+    assert settled == [(oid, "ok")]
 
 
 @pytest.mark.parametrize("timeout_ms", [-5, 0])
@@ -234,11 +240,16 @@ async def test_a_request_with_a_time_limit_that_is_not_positive_is_refused(setup
     assert outbox.to_agents == [] and router.pending == {}
 
 
-async def test_metrics_hear_each_settled_request_with_its_outcome(setup):
-    router, outbox, _ = setup
+async def test_measured_requests_settle_timed_with_their_answers_status():
     finished: list[tuple[str, str, bool]] = []
-    router.on_finished = lambda request, outcome: finished.append(
-        (request.target, outcome, request.started > 0)
+    outbox = RecordingOutbox()
+    router = Router(
+        {"a", "b"},
+        "a",
+        outbox,
+        lambda name: None,
+        lambda request, outcome: finished.append((request.target, outcome, request.started > 0)),
+        measure=True,  # `--metrics`
     )
     outbox.running.add("b")
     router.agent_ready("b")
