@@ -209,18 +209,18 @@ async def test_a_reused_request_id_is_kept(setup):
     assert outbox.to_agents[0][1].correlation_id == "old-7"
 
 
-async def test_settled_requests_are_reported_once(setup):
-    settled: list[tuple[str, str]] = []
+def settling(on_settled, *, measure: bool = False) -> tuple[Router, RecordingOutbox]:
+    """A router telling `on_settled` of each settled request, agent b running and ready."""
     outbox = RecordingOutbox()
-    router = Router(
-        {"a", "b"},
-        "a",
-        outbox,
-        lambda name: None,
-        lambda p, outcome: settled.append((p.oid, outcome)),
-    )
+    router = Router({"a", "b"}, "a", outbox, lambda name: None, on_settled, measure=measure)
     outbox.running.add("b")
     router.agent_ready("b")
+    return router, outbox
+
+
+async def test_settled_requests_are_reported_once():
+    settled: list[tuple[str, str]] = []
+    router, outbox = settling(lambda p, outcome: settled.append((p.oid, outcome)))
     oid = router.delegate(Requester("control", b"cli", "1"), delegate("b"))
     router.result(*reply_to(outbox.to_agents[0][1], "ok"))
     router.result(*reply_to(outbox.to_agents[0][1], "again"))
@@ -242,17 +242,10 @@ async def test_a_request_with_a_time_limit_that_is_not_positive_is_refused(setup
 
 async def test_measured_requests_settle_timed_with_their_answers_status():
     finished: list[tuple[str, str, bool]] = []
-    outbox = RecordingOutbox()
-    router = Router(
-        {"a", "b"},
-        "a",
-        outbox,
-        lambda name: None,
+    router, outbox = settling(
         lambda request, outcome: finished.append((request.target, outcome, request.started > 0)),
         measure=True,  # `--metrics`
     )
-    outbox.running.add("b")
-    router.agent_ready("b")
     router.delegate(Requester("agent", b"a", "c1"), delegate("b", cid="c1"))
     router.result(*reply_to(outbox.to_agents[-1][1], "pong"))
     router.delegate(Requester("agent", b"a", "c2"), delegate("b", cid="c2"))
