@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from goondan.paths import StatePaths
+
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
@@ -47,12 +49,13 @@ def file_create_us(count: int = 60) -> float:
     their state: the inode allocator of ext4 without a journal skips every inode freed in the
     last minutes at a cost each, so after many deletions (a test run, the last bench's exit)
     creating a conversation costs ten times its usual, and the figures that create
-    conversations are slower for it. Made as an agent makes its spares, at the depth of the
-    daemon's tree: the allocator puts a directory near its parent's, and a probe one level
-    down read quiet (22 us) while the agents' spares, six levels down, met every inode the
-    last run freed. Reported beside the machine, so such a run is recognised."""
+    conversations are slower for it. Made where an agent of a figure's daemon makes its spares
+    (a state root in `<tmp>/p/s`, as `bench.product` puts it): the allocator puts a directory
+    near its parent's, and a probe one level down can read quiet while the agents' spares meet
+    every inode the last run freed (docs/performance.md). Reported beside the machine, so such
+    a run is recognised."""
     with short_tmpdir() as tmp:
-        spares = tmp / "p" / "s" / "swarms" / "default" / "spares" / "probe"
+        spares = StatePaths.at(tmp / "p" / "s").swarm("default").spares / "probe"
         spares.mkdir(parents=True)
         started = time.process_time()
         for i in range(count // 2):  # as a new conversation: a directory and its events
