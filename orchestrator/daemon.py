@@ -103,7 +103,7 @@ class Daemon:
         # `goondan send`'s client hears nothing before its answer and shares our machine, so
         # only `--durability fsync` wants its input fsync'd before it is routed
         # (`_accept_input`).
-        self._sync_inputs_now = settings.storage.durability == "fsync"
+        self._inputs_durable_first = settings.storage.durability == "fsync"
         self._watch = watch
         self._stop = asyncio.Event()
         self._local_ids = itertools.count(1)
@@ -875,7 +875,7 @@ class Daemon:
             self.router.refuse(requester, env, exc.code, str(exc))
 
         try:  # written before it is routed: no process crash from now on loses it
-            if self._sync_inputs_now:
+            if self._inputs_durable_first:
                 durable = self.journal.accept_durably(request_id, frame)
                 self.journal.when_durable(durable, request_id, route, refuse)
                 return
