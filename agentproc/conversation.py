@@ -100,6 +100,7 @@ class Conversation:
         new: bool = False,
         spares: SpareFiles | None = None,
         events_fd: int | None = None,
+        fsync_syncs_new_entries: bool = False,
     ) -> None:
         """`directory` is the instance's (`instances/<key>/<agent>`): the conversation's
         files go beside it (see the module doc; `stored` finds older ones). `new`: the caller
@@ -107,7 +108,10 @@ class Conversation:
         write makes the directory without first trying to open the file in it. `spares`: the
         agent's files made ahead, one of which a new conversation's first write takes.
         `events_fd`: the caller put a spare in place as the key's new directory (`new`
-        implied); this appends to its events file, open and empty."""
+        implied); this appends to its events file, open and empty.
+        `fsync_syncs_new_entries`: the file system makes a file's new entries durable with
+        its fsync (`goondan.files.file_fsync_syncs_new_entries`): the entries of a file this
+        conversation put in place then need no fsync of their directories."""
         self.directory = directory
         self.events_path = directory.with_name(directory.name + EVENTS_SUFFIX)
         self._base_path: Path | None = None  # made on first use: a new conversation has none
@@ -123,6 +127,11 @@ class Conversation:
         self._requests: dict[str, int] | None = None  # requestId -> index of its user message
         self._dirty = False  # changed since the last sync or fold
         self._dir_synced = False  # the directory's entries (new files) made durable
+        self._fsync_syncs_new_entries = fsync_syncs_new_entries
+        # The events file's entry was made (created or renamed into place) by this object,
+        # whose fd has held the file open since: its fsync makes the entry durable where the
+        # file system does so (above).
+        self._entry_made_here = events_fd is not None
         self.events_bytes = 0  # in events.jsonl: since the last fold
         self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
         self._fold_lock = threading.Lock()
@@ -279,6 +288,7 @@ class Conversation:
         else:
             self._events_end = 0
         self._events_fd = fd
+        self._entry_made_here = files in ("no key directory", "no file")
         self._files = "there"
         return fd
 
@@ -310,6 +320,8 @@ class Conversation:
         """Make durable, once, the entries a new conversation made: its events file and the
         instance key's directory (`instances/<key>/<agent>+events.jsonl`), and in the older
         layout the instance's directory between them."""
+        if not self._dir_synced and self._entry_made_here and self._fsync_syncs_new_entries:
+            self._dir_synced = True  # by the events file's fsync, just done
         if not self._dir_synced:
             home = self.events_path.parent
             fsync_dir(home)
@@ -322,6 +334,7 @@ class Conversation:
         if self._events_fd is not None:
             os.close(self._events_fd)
             self._events_fd = None
+            self._entry_made_here = False  # unpinned: the file system may forget it is new
 
 
 def read_messages(directory: Path) -> list[Message]:

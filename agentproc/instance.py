@@ -44,6 +44,7 @@ class Instance:
         new: bool = False,
         spares: SpareFiles | None = None,
         events_fd: int | None = None,
+        fsync_syncs_new_entries: bool = False,
     ) -> None:
         """`workdir`: the tools' working directory, unless `agents__spawn(cwd=...)` recorded
         another for the instance (`load` reads it). `events`: the agent process's runtime
@@ -52,13 +53,19 @@ class Instance:
         dropped. `new`: the caller knows nothing of it is stored (the instance key's directory
         is not there), so `load` looks for nothing. `spares`: the agent's files made ahead
         for new conversations (`spare_files`); `events_fd`: one the caller put in place as
-        the key's directory, its events file open (`new` implied)."""
+        the key's directory, its events file open (`new` implied).
+        `fsync_syncs_new_entries`: as for `Conversation`."""
         self.key = key
         self.directory = directory
         self.workdir = workdir or directory  # the instance's workspace (tools' cwd)
         self._new = new or events_fd is not None
         self.conversation = Conversation(
-            directory, fsync_events=fsync_events, new=new, spares=spares, events_fd=events_fd
+            directory,
+            fsync_events=fsync_events,
+            new=new,
+            spares=spares,
+            events_fd=events_fd,
+            fsync_syncs_new_entries=fsync_syncs_new_entries,
         )
         self._own_events = events is None
         self.events = RuntimeEventLog(directory) if events is None else events

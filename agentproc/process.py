@@ -30,6 +30,7 @@ from agentproc.turn import (
     find_request,
     run_turn,
 )
+from goondan.files import file_fsync_syncs_new_entries
 from goondan.paths import (
     EVENTS_SUFFIX,
     BadInstanceKey,
@@ -144,6 +145,8 @@ class AgentProcess:
             own + EVENTS_SUFFIX,
             count=agent.spare_conversations,
         )
+        # Whether a quiet new conversation's fsync makes its directory entries durable too.
+        self._fsync_syncs_new_entries = file_fsync_syncs_new_entries(self._dirs.instances)
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
@@ -362,6 +365,7 @@ class AgentProcess:
             new=new,
             spares=self.spares,
             events_fd=events_fd,
+            fsync_syncs_new_entries=self._fsync_syncs_new_entries,
         ).load()
         self._maybe_unsettled.set()
         if len(self._instances) > self._max_loaded:

@@ -101,7 +101,7 @@ class SpareFiles:
             while len(self._ready) < self._count:
                 spare = self._emptied.pop() if self._emptied else self._new_directory()
                 try:
-                    fd = open_append(spare / self._events_name)
+                    fd = self._open_file(spare / self._events_name)
                 except OSError:
                     self._emptied.append(spare)  # filled later, here or by the next process
                     raise
@@ -115,6 +115,27 @@ class SpareFiles:
             os.close(fd)
         self._ready.clear()
         self._emptied.clear()
+
+    @staticmethod
+    def _open_file(path: Path) -> int:
+        """The spare's events file, open, and new to the file system: made here, or, where a
+        process gone before left it, renamed away and back once open. The file system then
+        counts its entry as just made, as for a file made here, and where an fsync of the
+        file makes such entries durable (ext4: `goondan.files.file_fsync_syncs_new_entries`)
+        the conversation it becomes needs no fsync of its directories."""
+        try:
+            return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        fd = open_append(path)
+        try:
+            away = path.with_name(path.name + ".claimed")
+            os.rename(path, away)
+            os.rename(away, path)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
 
     @staticmethod
     def _discard(ready: tuple[Path, int]) -> None:

@@ -36,6 +36,42 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def file_system_type(path: Path) -> str | None:
+    """The type of the file system `path` is on, or would be made on (its nearest existing
+    directory's): `ext4`, `xfs`, `tmpfs`, ..., from the mount table (`/proc/self/mountinfo`,
+    by device); None where there is none to read."""
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    device = os.stat(path).st_dev
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split()
+                # id parent major:minor root mountpoint options [optional...] - type source ...
+                if len(fields) > 6 and fields[2] == wanted and "-" in fields[6:]:
+                    return fields[fields.index("-", 6) + 1]
+    except OSError:
+        pass
+    return None
+
+
+def file_fsync_syncs_new_entries(directory: Path) -> bool:
+    """Whether, on the file system of `directory`, the fsync of a file that was created or
+    renamed into a directory, and held open since, makes that entry durable too (and its
+    directory's entry, if just made): then a `fsync_dir` after it only repeats the work, a
+    few synchronous writes each, and at scale the fsyncs of quiet conversations are most of
+    their disk work (docs/performance.md, figure 7).
+
+    ext4 does. Without a journal, adding an entry (a create or a rename) marks the inode
+    (`EXT4_STATE_NEWENTRY`), and its fsync writes the parent directory's blocks and inode,
+    and goes on up while the parents are marked too; the mark lives with the inode in
+    memory, which an open file keeps there. With a journal, the fsync commits every
+    transaction up to the file's last change, and so the create or rename before it.
+    Elsewhere POSIX asks for the directory's own fsync."""
+    return file_system_type(directory) == "ext4"
+
+
 def replace_file(
     path: Path, data: bytes, *, durable: bool = False, mode: int = 0o600, what: str | None = None
 ) -> None:

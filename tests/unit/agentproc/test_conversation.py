@@ -215,3 +215,42 @@ def test_with_fsync_every_write_and_a_new_conversations_entries_are_durable_befo
     fsynced.clear()
     convo.append(Message(id="2", role="assistant", content="hello"))
     assert fsynced == [events]  # the directories once
+
+
+def test_where_a_files_fsync_syncs_its_new_entries_a_new_conversation_fsyncs_only_its_file(
+    tmp_path, fsynced
+):
+    """On ext4 the fsync of a file just created or renamed into a directory, and held open,
+    makes its entries durable too: a conversation this process made syncs its file alone. One
+    it found on disk, or where the file system does not, syncs its directories as well."""
+    instances = tmp_path / "instances"
+    directory = instances / "k" / "agent"
+    events = str(directory.parent / "agent+events.jsonl")
+    made = Conversation(directory, fsync_syncs_new_entries=True)
+    assert made.load() == []  # nothing stored: the file is made here
+    made.append(Message(id="1", role="user", content="hi"))
+    made.sync()
+    assert fsynced == [events]
+    made.close()
+
+    fsynced.clear()
+    found = Conversation(directory, fsync_syncs_new_entries=True)
+    found.load()
+    found.append(Message(id="2", role="assistant", content="hello"))
+    found.sync()
+    assert fsynced == [events, str(directory.parent), str(instances)]
+
+    fsynced.clear()
+    elsewhere = Conversation(instances / "k2" / "agent")
+    elsewhere.append(Message(id="1", role="user", content="hi"))
+    elsewhere.sync()
+    assert fsynced == [events.replace("/k/", "/k2/"), str(instances / "k2"), str(instances)]
+
+
+def test_with_fsync_every_write_a_new_conversation_fsyncs_its_file_where_that_is_enough(
+    tmp_path, fsynced
+):
+    directory = tmp_path / "instances" / "k" / "agent"
+    convo = Conversation(directory, fsync_events=True, fsync_syncs_new_entries=True, new=True)
+    convo.append(Message(id="1", role="user", content="hi"))
+    assert fsynced == [str(directory.parent / "agent+events.jsonl")]

@@ -1,9 +1,10 @@
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
-from goondan.files import replace_file
+from goondan.files import file_fsync_syncs_new_entries, file_system_type, replace_file
 from goondan.paths import StorageError
 
 
@@ -51,3 +52,26 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _type_from_proc_mounts(path: Path) -> str:
+    """The file system type of the longest mount point above `path`, from /proc/mounts."""
+    best, kind = "", ""
+    real = os.path.realpath(path)
+    with open("/proc/mounts") as mounts:
+        for line in mounts:
+            _, point, fstype, *_ = line.split()
+            point = point.replace("\\040", " ")
+            inside = real == point or real.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best):
+                best, kind = point, fstype
+    return kind
+
+
+def test_the_file_system_type_is_the_mount_tables(tmp_path):
+    assert file_system_type(tmp_path) == _type_from_proc_mounts(tmp_path)
+    # Not there yet: the file system it would be made on.
+    assert file_system_type(tmp_path / "not" / "yet") == file_system_type(tmp_path)
+    assert file_fsync_syncs_new_entries(tmp_path) == (file_system_type(tmp_path) == "ext4")
+    assert file_system_type(Path("/proc")) == "proc"
+    assert not file_fsync_syncs_new_entries(Path("/proc"))
