@@ -15,6 +15,7 @@ import structlog
 
 from agentproc.approvals import ApprovalWaits
 from agentproc.counters import COUNTERS
+from agentproc.inline_syncs import InlineSyncs
 from agentproc.instance import Instance
 from agentproc.instance_queues import InstanceQueues
 from agentproc.log_limit import LogLimit
@@ -86,6 +87,7 @@ class AgentProcess:
         endpoint: str,
         credential: bytes | None = None,
         settings: Settings = DEFAULTS,
+        inline_syncs: InlineSyncs | None = None,
     ) -> None:
         """`settings.storage.durability`: "os" writes each conversation event to the OS before
         going on (safe from a process crash); "fsync" also fsyncs it, a new conversation's
@@ -93,7 +95,8 @@ class AgentProcess:
         from power loss, slower). Past `settings.agent.max_loaded_instances` (each instance
         holds two open files), the least recently used are synced and unloaded.
         `endpoint` is the orchestrator's ROUTER (`ipc://`); `credential` is presented when
-        connecting (the orchestrator admits only the processes it launched)."""
+        connecting (the orchestrator admits only the processes it launched). `inline_syncs`:
+        where quiet instances' fsyncs run (default: on the loop while the disk is fast)."""
         self.definition = definition
         self.name = definition.name
         self.swarm = swarm
@@ -147,6 +150,7 @@ class AgentProcess:
         )
         # Whether a quiet new conversation's fsync makes its directory entries durable too.
         self._fsync_syncs_new_entries = file_fsync_syncs_new_entries(self._dirs.instances)
+        self._inline_syncs = inline_syncs or InlineSyncs()
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
@@ -402,9 +406,13 @@ class AgentProcess:
             return
         conversation = instance.conversation
         if isinstance(job, Settle):
-            # Queued like a turn, so no turn of this instance runs meanwhile; in a thread, so
-            # the other instances (and heartbeats) go on while the disk syncs.
-            await asyncio.to_thread(conversation.sync)
+            # Queued like a turn, so no turn of this instance runs meanwhile; on the loop while
+            # the disk is fast, else in a thread, so that the other instances (and heartbeats)
+            # go on while it syncs (`agentproc/inline_syncs.py`).
+            if self._inline_syncs.inline():
+                self._inline_syncs.run(conversation.sync)
+            else:
+                await asyncio.to_thread(conversation.sync)
             if instance.can_unload() and not self.queues.has_queued(key):
                 # Quiet and durable: free its memory and files; a later turn reloads it.
                 self._instances.pop(key, None)
