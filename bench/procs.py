@@ -180,6 +180,10 @@ class CpuUse(NamedTuple):
     run_ns: int  # exact: every live thread's time on a CPU (/proc/PID/task/TID/schedstat)
     user_ticks: int  # /proc/PID/stat, in clock ticks (10 ms): only to split `run_ns`
     system_ticks: int
+    # How many times a thread was put on a CPU (schedstat's third field): a wake-up each, or
+    # a resume after being preempted. A turn is one; a timer, an fsync's wait, a thread's
+    # hand-off are more, each in a cold process at scale.
+    runs: int = 0
 
 
 def cpu_use(pids: list[int]) -> CpuUse:
@@ -188,7 +192,7 @@ def cpu_use(pids: list[int]) -> CpuUse:
     /proc/PID/stat counts in clock ticks: an agent that uses 4 ms of CPU in a figure moves its
     count by 0 or 1 tick, and 1,000 freshly forked agents, all just past a tick, can sum to
     nothing. The scheduler's run time is in nanoseconds."""
-    run_ns = user = system = 0
+    run_ns = user = system = runs = 0
     for pid in pids:
         fields = _stat_fields(Path(f"/proc/{pid}"))
         if not fields:
@@ -199,27 +203,32 @@ def cpu_use(pids: list[int]) -> CpuUse:
             for tid in os.listdir(f"/proc/{pid}/task"):
                 with contextlib.suppress(OSError, ValueError):
                     with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                        run_ns += int(f.read().split()[0])
-    return CpuUse(run_ns, user, system)
+                        on_cpu, _, slices = f.read().split()
+                    run_ns += int(on_cpu)
+                    runs += int(slices)
+    return CpuUse(run_ns, user, system, runs)
 
 
 def cpu_us_per(before: CpuUse, after: CpuUse, count: int) -> dict[str, float | None]:
     """µs of CPU per `count` things done between two readings: `cpuUs`, the exact run time,
-    and `userUs` + `kernelUs`, split as the clock ticks split it (None when no tick moved)."""
+    and `userUs` + `kernelUs`, split as the clock ticks split it (None when no tick moved);
+    `runs`, the times a thread was put on a CPU."""
     total_us = (after.run_ns - before.run_ns) / 1000 / max(count, 1)
+    runs = (after.runs - before.runs) / max(count, 1)
     user_ticks = after.user_ticks - before.user_ticks
     ticks = user_ticks + after.system_ticks - before.system_ticks
     if ticks <= 0:
-        return {"cpuUs": total_us, "userUs": None, "kernelUs": None}
+        return {"cpuUs": total_us, "userUs": None, "kernelUs": None, "runs": runs}
     user_us = total_us * user_ticks / ticks
-    return {"cpuUs": total_us, "userUs": user_us, "kernelUs": total_us - user_us}
+    return {"cpuUs": total_us, "userUs": user_us, "kernelUs": total_us - user_us, "runs": runs}
 
 
 def cpu_text(cpu: dict[str, float | None]) -> str:
     """`cpu_us_per`'s reading as the notes print it."""
     user, kernel = cpu["userUs"], cpu["kernelUs"]
     split = "" if user is None or kernel is None else f" ({user:.0f} user + {kernel:.0f} kernel)"
-    return f"{cpu['cpuUs']:.0f} us{split}"
+    runs = "" if cpu.get("runs") is None else f", on a CPU {cpu['runs']:.2f} times"
+    return f"{cpu['cpuUs']:.0f} us{split}{runs}"
 
 
 def _stat_fields(proc_dir: Path) -> list[str]:

@@ -33,6 +33,8 @@ def test_a_few_milliseconds_of_cpu_are_read_that_clock_ticks_would_round_away():
     assert 6 <= used_ms < 100  # two bursts of 3 ms, and a little to read and answer
     per_burst = cpu_us_per(before, after, 2)
     assert per_burst["cpuUs"] == (after.run_ns - before.run_ns) / 1000 / 2
+    # Woken for each line it read (and perhaps resumed after a preemption), then slept.
+    assert per_burst["runs"] is not None and 1 <= per_burst["runs"] < 20
     user, kernel = per_burst["userUs"], per_burst["kernelUs"]
     if user is not None and kernel is not None:  # a tick moved: the split adds up
         assert abs(user + kernel - (after.run_ns - before.run_ns) / 1000 / 2) < 1e-6
