@@ -102,9 +102,10 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # of work do not all write in the same moment). Once a turn has answered, a due batch is
 # written in the wake-up the turn has anyway (`write_if_due`): at 200 busy agents on 2 cores a
 # wake-up of its own would cost more than the write. The timer, `flush_slack_s` after the batch
-# is due, is for a process with no turn by then: it writes while the agent is idle, rather than
-# in the first turn of the next burst, all at once with its peers (docs/performance.md,
-# "Measurements behind the code"). A batch that holds `flush_count` events is due at once, so
+# is due (or twice the time between the agent's recent turns, if longer: `_slack`), is for a
+# process with no turn by then: it writes while the agent is idle, rather than in the first
+# turn of the next burst, all at once with its peers (docs/performance.md, "Measurements behind
+# the code"). A batch that holds `flush_count` events is due at once, so
 # it too waits for the answer: written in the middle of a turn, its encoding would be that
 # request's latency, one turn in every `flush_count / 4` (a turn has four events). One that
 # grows to `_HARD_LIMIT` times that (a turn of many tool calls) goes out in the middle. A batch
@@ -134,7 +135,9 @@ class RuntimeEventLog:
         self._clock = clock  # when batches are due; tests give the event loop's virtual clock
         self._rotate_bytes = rotate_bytes
         self._flush_after_s = flush_after_s
-        self._flush_slack_s = flush_slack_s  # longer than a busy agent waits for its next turn
+        self._flush_slack_s = flush_slack_s
+        self._answered_at: float | None = None  # on `clock`, the last `write_if_due`
+        self._turn_gap = 0.0  # the recent time between answers (a moving average)
         self._flush_count = flush_count
         self._size = 0  # of the file behind _fd
         self._fd: int | None = None
@@ -159,11 +162,23 @@ class RuntimeEventLog:
                 return
             delay = self._flush_after_s * random.uniform(0.5, 1.0)
             self.due = self._clock() + delay
-            self._timer = loop.call_later(delay + self._flush_slack_s, self.flush)
+            self._timer = loop.call_later(delay + self._slack(), self.flush)
+
+    def _slack(self) -> float:
+        """How long after a batch is due its timer waits for a turn to write it: longer than
+        a busy agent waits for its next turn (twice the recent gap, at least `flush_slack_s`,
+        at most `flush_after_s`), so a busy agent is not woken for it; at 1,000 agents a turn
+        comes every ~200 ms, and with a fixed 0.1 s half the batches woke their agent."""
+        return min(max(self._flush_slack_s, 2 * self._turn_gap), self._flush_after_s)
 
     def write_if_due(self) -> None:
         """Write the held batch if it is due (called after a turn has answered)."""
-        if self.due is not None and self.due <= self._clock():
+        now = self._clock()
+        if self._answered_at is not None:  # a gap past `flush_after_s` counts as that
+            gap = min(now - self._answered_at, self._flush_after_s)
+            self._turn_gap += (gap - self._turn_gap) / 4
+        self._answered_at = now
+        if self.due is not None and self.due <= now:
             self.flush()
 
     def flush(self) -> None:

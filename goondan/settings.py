@@ -271,7 +271,10 @@ class StorageSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     ] = 1.0
     runtime_events_flush_slack_s: Annotated[
         Seconds,
-        _doc("when the agent goes quiet, a due batch is written this long after"),
+        _doc(
+            "when the agent goes quiet, a due batch is written this long after (or twice the "
+            "time between its recent turns, if longer, up to runtime_events_flush_after_s)"
+        ),
     ] = 0.1
     runtime_events_flush_count: Annotated[
         int, msgspec.Meta(ge=1), _doc("a batch of runtime events this long is written at once")

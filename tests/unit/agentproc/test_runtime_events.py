@@ -134,6 +134,45 @@ def test_a_quiet_agent_has_its_batch_written_by_the_timer_soon_after_it_is_due(
     virtual_clock.run(main())
 
 
+def test_a_batch_waits_past_its_slack_for_an_agent_whose_turns_come_further_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turns 0.25 s apart, a slack of 0.1 s: the timer waits twice the gap between turns, so
+    the next turn writes the due batch (the agent is not woken for it), and once the turns
+    stop the timer still writes it, within `flush_after_s`."""
+    monkeypatch.setattr(random, "uniform", lambda low, high: low)
+
+    async def main() -> None:
+        log = _log_on_loop_clock(tmp_path, flush_after_s=1.0, flush_slack_s=0.1)
+        loop = asyncio.get_running_loop()
+
+        def turn() -> None:
+            log.emit(_event("turn.started"))
+            log.emit(_event("turn.completed"))
+            log.write_if_due()
+
+        for _ in range(8):  # learns the gap; batches due 0.5 s after their first event
+            turn()
+            await asyncio.sleep(0.25)
+        log.flush()
+        written = len(_written(tmp_path))
+        turn()  # starts a batch, due at +0.5 s; a fixed slack would fire at +0.6
+        await asyncio.sleep(0.52)  # a turn missed its slot: past due, before twice the gap
+        assert len(_written(tmp_path)) == written
+        turn()
+        assert len(_written(tmp_path)) == written + 4  # written by the turn: 2 turns' events
+        turn()  # a new batch, and then no turn: its timer writes it
+        started = loop.time()
+        await asyncio.sleep(0.5 + 0.45)
+        assert len(_written(tmp_path)) == written + 4  # twice the gap not yet past
+        await asyncio.sleep(0.2)
+        assert len(_written(tmp_path)) == written + 6
+        assert loop.time() - started < 0.5 + 1.0  # within `flush_after_s` of its slack
+        log.close()
+
+    virtual_clock.run(main())
+
+
 def test_events_without_an_event_loop_are_written_at_once(tmp_path: Path) -> None:
     log = RuntimeEventLog(tmp_path)
     log.emit(_event("turn.started"))
