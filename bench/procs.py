@@ -227,8 +227,7 @@ def cpu_text(cpu: dict[str, float | None]) -> str:
     """`cpu_us_per`'s reading as the notes print it."""
     user, kernel = cpu["userUs"], cpu["kernelUs"]
     split = "" if user is None or kernel is None else f" ({user:.0f} user + {kernel:.0f} kernel)"
-    runs = "" if cpu.get("runs") is None else f", on a CPU {cpu['runs']:.2f} times"
-    return f"{cpu['cpuUs']:.0f} us{split}{runs}"
+    return f"{cpu['cpuUs']:.0f} us{split}, on a CPU {cpu['runs']:.2f} times"
 
 
 def _stat_fields(proc_dir: Path) -> list[str]:
