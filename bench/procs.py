@@ -44,7 +44,7 @@ def short_tmpdir(under: Path | None = None) -> Iterator[Path]:
     yield path
 
 
-def file_create_us(count: int = 60) -> float:
+def file_create_us(count: int = 300) -> float:
     """CPU time (user + system) to create one directory or empty file where the figures keep
     their state: the inode allocator of ext4 without a journal skips every inode freed in the
     last minutes at a cost each, so after many deletions (a test run, the last bench's exit)
@@ -52,8 +52,10 @@ def file_create_us(count: int = 60) -> float:
     conversations are slower for it. Made where an agent of a figure's daemon makes its spares
     (a state root in `<tmp>/p/s`, as `bench.product` puts it): the allocator puts a directory
     near its parent's, and a probe one level down can read quiet while the agents' spares meet
-    every inode the last run freed (docs/performance.md). Reported beside the machine, so such
-    a run is recognised."""
+    every inode the last run freed (docs/performance.md). Hundreds of files, as a figure makes:
+    the allocator hands out the inodes it need not skip first, so a few dozen can read quiet
+    while the next hundreds pay for every recent deletion. Reported beside the machine, so
+    such a run is recognised."""
     with short_tmpdir() as tmp:
         spares = StatePaths.at(tmp / "p" / "s").swarm("default").spares / "probe"
         spares.mkdir(parents=True)
