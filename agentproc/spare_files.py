@@ -33,6 +33,8 @@ from pathlib import Path
 
 from goondan.files import open_append
 
+CLAIMED = ".claimed"  # the suffix of a spare's file between `_open_file`'s renames
+
 
 class SpareFiles:
     def __init__(self, directory: Path, instances: Path, events_name: str, *, count: int) -> None:
@@ -129,7 +131,7 @@ class SpareFiles:
             pass
         fd = open_append(path)
         try:
-            away = path.with_name(path.name + ".claimed")
+            away = path.with_name(path.name + CLAIMED)
             os.rename(path, away)
             os.rename(away, path)
         except OSError:
@@ -180,8 +182,12 @@ class SpareFiles:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                     continue  # a name of ours left by an earlier process with our pid
                 return  # another process of the agent took it first
+        events = ours / self._events_name
+        # A process gone between `_open_file`'s two renames left the file under its other name.
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(events.with_name(events.name + CLAIMED), events)
         try:
-            written = os.stat(ours / self._events_name).st_size > 0
+            written = os.stat(events).st_size > 0
         except FileNotFoundError:
             written = False
         if written:

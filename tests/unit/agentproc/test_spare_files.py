@@ -110,6 +110,28 @@ def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> 
     assert sorted(p.name for p in home.iterdir()) == [alive.name]
 
 
+def test_a_spare_left_between_its_files_two_renames_is_taken_over_whole(tmp_path: Path) -> None:
+    """A process gone while it renamed its spare's file away and back (to mark it new) left
+    it under the other name: the next process takes it back, and no stray file goes into the
+    key directory the spare becomes."""
+    home = tmp_path / "swarm" / "spares" / AGENT
+    instances = tmp_path / "swarm" / "instances"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    spare = home / f"{int(gone.stdout)}-1"
+    spare.mkdir(parents=True)
+    (spare / f"{EVENTS}.claimed").touch()
+    inode = (spare / f"{EVENTS}.claimed").stat().st_ino
+    spares = SpareFiles(home, instances, EVENTS, count=1)
+    spares.refill()
+    [ours] = home.iterdir()
+    assert [f.name for f in ours.iterdir()] == [EVENTS]
+    assert (ours / EVENTS).stat().st_ino == inode  # the same file, not a new one beside it
+    assert spares.take(instances / "k" / EVENTS, key_has_directory=False) is not None
+    assert [p.name for p in (instances / "k").iterdir()] == [EVENTS]
+    spares.close()
+
+
 def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: Path) -> None:
     blocker = tmp_path / "swarm" / "spares"
     blocker.parent.mkdir(parents=True)
