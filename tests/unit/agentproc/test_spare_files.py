@@ -27,6 +27,14 @@ from tests.unit.agentproc.agent_kit import (
 EVENTS = f"{AGENT}+events.jsonl"
 
 
+def gone_pid() -> int:
+    """The pid of a process that has ended (an earlier process of the agent, for the spares
+    it left)."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    return int(gone.stdout)
+
+
 def spare_dirs(paths: StatePaths) -> list[Path]:
     home = paths.swarm(SWARM).spares / AGENT
     return sorted(home.iterdir()) if home.is_dir() else []
@@ -83,9 +91,8 @@ async def test_no_spares_when_turned_off(tmp_path: Path) -> None:
 def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> None:
     home = tmp_path / "swarm" / "spares" / AGENT
     instances = tmp_path / "swarm" / "instances"
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                          capture_output=True, text=True)  # fmt: skip
-    dead, emptied, written = (home / f"{int(gone.stdout)}-{n}" for n in (1, 2, 3))
+    gone = gone_pid()
+    dead, emptied, written = (home / f"{gone}-{n}" for n in (1, 2, 3))
     alive = home / f"{os.getppid()}-1"  # another process of the agent, still running
     for spare in (dead, written, alive):
         spare.mkdir(parents=True)
@@ -116,9 +123,7 @@ def test_a_spare_left_between_its_files_two_renames_is_taken_over_whole(tmp_path
     key directory the spare becomes."""
     home = tmp_path / "swarm" / "spares" / AGENT
     instances = tmp_path / "swarm" / "instances"
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                          capture_output=True, text=True)  # fmt: skip
-    spare = home / f"{int(gone.stdout)}-1"
+    spare = home / f"{gone_pid()}-1"
     spare.mkdir(parents=True)
     (spare / f"{EVENTS}.claimed").touch()
     inode = (spare / f"{EVENTS}.claimed").stat().st_ino
