@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from goondan.files import file_system_type
 from goondan.paths import StatePaths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -71,11 +72,7 @@ def memory_filesystem() -> Path | None:
     """A tmpfs to keep state in (/dev/shm), for the diagnostic that leaves the disk out: None
     where there is none."""
     shm = Path("/dev/shm")
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return None
-    found = any(line.split()[1:3] == [str(shm), "tmpfs"] for line in mounts)
+    found = file_system_type(shm) == "tmpfs"
     return shm if found and os.access(shm, os.W_OK) else None
 
 
