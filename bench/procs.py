@@ -183,6 +183,9 @@ class CpuUse(NamedTuple):
     # a resume after being preempted. A turn is one; a timer, an fsync's wait, a thread's
     # hand-off are more, each in a cold process at scale.
     runs: int = 0
+    # Page faults (/proc/PID/stat's minflt): at scale most are an agent's first write to a
+    # page it shares with its template, which the kernel then copies.
+    faults: int = 0
 
 
 def cpu_use(pids: list[int]) -> CpuUse:
@@ -191,11 +194,12 @@ def cpu_use(pids: list[int]) -> CpuUse:
     /proc/PID/stat counts in clock ticks: an agent that uses 4 ms of CPU in a figure moves its
     count by 0 or 1 tick, and 1,000 freshly forked agents, all just past a tick, can sum to
     nothing. The scheduler's run time is in nanoseconds."""
-    run_ns = user = system = runs = 0
+    run_ns = user = system = runs = faults = 0
     for pid in pids:
         fields = _stat_fields(Path(f"/proc/{pid}"))
         if not fields:
             continue
+        faults += int(fields[7])
         user += int(fields[11])
         system += int(fields[12])
         with contextlib.suppress(OSError):
@@ -205,28 +209,36 @@ def cpu_use(pids: list[int]) -> CpuUse:
                         on_cpu, _, slices = f.read().split()
                     run_ns += int(on_cpu)
                     runs += int(slices)
-    return CpuUse(run_ns, user, system, runs)
+    return CpuUse(run_ns, user, system, runs, faults)
 
 
 def cpu_us_per(before: CpuUse, after: CpuUse, count: int) -> dict[str, float | None]:
     """µs of CPU per `count` things done between two readings: `cpuUs`, the exact run time,
     and `userUs` + `kernelUs`, split as the clock ticks split it (None when no tick moved);
-    `runs`, the times a thread was put on a CPU."""
+    `runs`, the times a thread was put on a CPU; `faults`, page faults."""
     total_us = (after.run_ns - before.run_ns) / 1000 / max(count, 1)
     runs = (after.runs - before.runs) / max(count, 1)
+    faults = (after.faults - before.faults) / max(count, 1)
     user_ticks = after.user_ticks - before.user_ticks
     ticks = user_ticks + after.system_ticks - before.system_ticks
-    if ticks <= 0:
-        return {"cpuUs": total_us, "userUs": None, "kernelUs": None, "runs": runs}
-    user_us = total_us * user_ticks / ticks
-    return {"cpuUs": total_us, "userUs": user_us, "kernelUs": total_us - user_us, "runs": runs}
+    user_us = total_us * user_ticks / ticks if ticks > 0 else None
+    kernel_us = None if user_us is None else total_us - user_us
+    return {
+        "cpuUs": total_us,
+        "userUs": user_us,
+        "kernelUs": kernel_us,
+        "runs": runs,
+        "faults": faults,
+    }
 
 
 def cpu_text(cpu: dict[str, float | None]) -> str:
     """`cpu_us_per`'s reading as the notes print it."""
     user, kernel = cpu["userUs"], cpu["kernelUs"]
     split = "" if user is None or kernel is None else f" ({user:.0f} user + {kernel:.0f} kernel)"
-    return f"{cpu['cpuUs']:.0f} us{split}, on a CPU {cpu['runs']:.2f} times"
+    faults = cpu.get("faults")
+    faulted = "" if faults is None else f", {faults:.1f} page faults"
+    return f"{cpu['cpuUs']:.0f} us{split}, on a CPU {cpu['runs']:.2f} times{faulted}"
 
 
 def _stat_fields(proc_dir: Path) -> list[str]:

@@ -44,3 +44,32 @@ def test_a_process_that_is_gone_is_left_out():
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     assert cpu_use([proc.pid]).run_ns == 0
+
+
+TOUCH = """
+import mmap, sys
+print("ready", flush=True)
+for line in sys.stdin:
+    pages = mmap.mmap(-1, 64 * 4096)  # fresh anonymous memory: its first write to each page faults
+    for offset in range(0, 64 * 4096, 4096):
+        pages[offset] = 1
+    pages.close()
+    print("done", flush=True)
+"""
+
+
+def test_the_page_faults_a_process_takes_are_counted_per_thing_done():
+    with subprocess.Popen(
+        [sys.executable, "-c", TOUCH], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "ready\n"
+        before = cpu_use([proc.pid])
+        for _ in range(3):
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline() == "done\n"
+        after = cpu_use([proc.pid])
+        proc.kill()
+    faults = cpu_us_per(before, after, 3)["faults"]
+    assert faults is not None and 64 <= faults < 200  # 64 new pages each, and a few more
