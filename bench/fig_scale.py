@@ -109,10 +109,12 @@ def run_waves(
     tag: str,
     pids: list[int],
     budget_s: float = BUDGET_S,
+    router: list[int] | None = None,
 ) -> dict[str, Any]:
     """`warmup` untimed waves, then `waves` measured ones, wave `i` being `plan(i)` (warm-up
     waves first); `pids` are the agents' processes, whose CPU time over the measured waves is
-    reported per delegate. Every answer's content is checked, in the warm-up too."""
+    reported per delegate, and `router` the orchestrator's or broker's, likewise when given.
+    Every answer's content is checked, in the warm-up too."""
     warm = WaveResult()
     warm_sent = 0
     wrong: list[str] = []
@@ -129,6 +131,7 @@ def run_waves(
     wave_p50: list[float] = []  # each wave's p50 and p99, for the picture (bench/plots.py)
     wave_p99: list[float] = []
     cpu_before = cpu_use(pids)
+    router_before = cpu_use(router or [])
     started = time.monotonic()
     plans = [plan(warmup + wave) for wave in range(waves)]
     for wave in range(waves):
@@ -151,6 +154,7 @@ def run_waves(
             log(f"scale: {tag}: {wave + 1}/{waves} waves")
     seconds = time.monotonic() - started
     cpu = cpu_us_per(cpu_before, cpu_use(pids), sent)
+    router_cpu = cpu_us_per(router_before, cpu_use(router), sent) if router else None
     ms = [x * 1000 for x in total.latencies_s]
     return {
         "sent": sent,
@@ -166,6 +170,7 @@ def run_waves(
         "perWaveMs": {"p50": wave_p50, "p99": wave_p99},
         "seconds": seconds,
         "agentsCpu": cpu,  # per delegate
+        "routerCpu": router_cpu,
     }
 
 

@@ -62,10 +62,17 @@ BUDGET_S = 150.0  # per arm's measured waves: they stop early (and say so) past 
 
 
 def _waves(
-    drv: Driver, names: list[str], rounds: int, tag: str, pids: list[int], bare: bool
+    drv: Driver,
+    names: list[str],
+    rounds: int,
+    tag: str,
+    pids: list[int],
+    bare: bool,
+    router: int,
 ) -> dict[str, Any]:
     """The warm-up and measured rounds; wave `i` is the `i % per_round`-th slice of
-    IN_FLIGHT agents, in the conversations of round `i // per_round`."""
+    IN_FLIGHT agents, in the conversations of round `i // per_round`. `router`: the pid of
+    the orchestrator or the bare broker, whose CPU is reported beside the agents'."""
     per_round = math.ceil(len(names) / IN_FLIGHT)
 
     def plan(wave: int) -> Wave:
@@ -77,7 +84,14 @@ def _waves(
         return product_wave(chosen, rnd, start=start)
 
     return run_waves(
-        drv, plan, WARMUP_ROUNDS * per_round, rounds * per_round, tag, pids, budget_s=BUDGET_S
+        drv,
+        plan,
+        WARMUP_ROUNDS * per_round,
+        rounds * per_round,
+        tag,
+        pids,
+        budget_s=BUDGET_S,
+        router=[router],
     )
 
 
@@ -104,7 +118,7 @@ def _product(names: list[str], rounds: int) -> dict[str, Any]:
         idle = memory_of(pids)
         helper_pss = memory_of(helpers)["pssMiBSum"]
         daemon_pss = memory_of([daemon.proc.pid])["pssMiBSum"]
-        result = _waves(drv, names, rounds, "product", pids, bare=False)
+        result = _waves(drv, names, rounds, "product", pids, False, daemon.proc.pid)
         count_start_wave(result, first, startup, len(names))
         time.sleep(1.0)
         drv.beat()
@@ -136,14 +150,14 @@ def _bare_swarm(procs: Procs, endpoint: str, names: list[str], *extra: str) -> I
 def _bare(names: list[str], rounds: int) -> dict[str, Any]:
     with short_tmpdir() as tmp, Procs() as procs:
         endpoint = f"ipc://{tmp / 'bare.sock'}"
-        baselines.start_broker(procs, endpoint)
+        broker = baselines.start_broker(procs, endpoint)
         log(f"scale1000: bare: starting {len(names)} agents")
         started = time.monotonic()
         with _bare_swarm(procs, endpoint, names) as pids, Driver(endpoint, "driver") as drv:
             payload = product.delegate_payload("ping", "start", "driver")
             baselines.wait_routable(drv, names, payload, timeout_s=120)
             startup = {"seconds": time.monotonic() - started, "answered": len(names)}
-            result = _waves(drv, names, rounds, "bare", pids, bare=True)
+            result = _waves(drv, names, rounds, "bare", pids, True, broker.pid)
             result["startup"] = startup
             result["memoryAfter"] = memory_of(pids)
     return result
@@ -160,7 +174,8 @@ def _orchestrator_only(names: list[str], rounds: int) -> dict[str, Any]:
             if not daemon.wait_status(names, {"idle", "processing"}, 120):
                 raise RuntimeError("the orchestrator did not take every bare agent's `ready`")
             tag = "real orchestrator + bare agents"
-            return _waves(drv, names, rounds, tag, pids, bare=True)
+            assert daemon.proc is not None
+            return _waves(drv, names, rounds, tag, pids, True, daemon.proc.pid)
 
 
 def _ms(arm: dict[str, Any], key: str = "p50") -> float:
@@ -217,7 +232,9 @@ def run(quick: bool) -> list[Row]:
             judge=lambda p, b, r: r is not None and r <= P99_GOAL_RATIO,
             note=f"{IN_FLIGHT} in flight; p50 {_ms(prod):.1f} ms (bare {_ms(bare):.1f} ms); "
             f"agents' CPU per delegate {cpu_text(prod['agentsCpu'])}, bare agents "
-            f"{cpu_text(bare['agentsCpu'])}",
+            f"{cpu_text(bare['agentsCpu'])}; the orchestrator's "
+            f"{prod['routerCpu']['cpuUs']:.0f} us, the bare broker's "
+            f"{bare['routerCpu']['cpuUs']:.0f} us",
         ),
     ]
     if split is not None:
@@ -229,7 +246,8 @@ def run(quick: bool) -> list[Row]:
                 bare["p99"],
                 "bare broker",
                 goal="(diagnostic)",
-                note=f"lost {split['lost']}" if split["lost"] else "",
+                note=f"the orchestrator's CPU per delegate {split['routerCpu']['cpuUs']:.0f} us"
+                + (f"; lost {split['lost']}" if split["lost"] else ""),
             )
         )
     rows += [
