@@ -19,8 +19,11 @@ stopping and starting an agent neither deletes nor makes an inode (on that file 
 deletion slows every inode made in the minutes after it, in any process).
 
 Spares live beside `instances/`, on its file system (a rename cannot cross one), where nothing
-that lists instances looks. A spare is empty until it is in place, so a crash leaves at worst
-an empty conversation, as a crash between making the file and writing to it always could.
+that lists instances looks. Where that is ext4 without a journal, the agent's spares directory
+asks for the spares to be placed apart from the inodes a large deletion has just freed
+(`goondan.files.place_new_directories_apart`): beside them each new inode pays for all of
+them. A spare is empty until it is in place, so a crash leaves at worst an empty
+conversation, as a crash between making the file and writing to it always could.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import os
 import shutil
 from pathlib import Path
 
-from goondan.files import open_append
+from goondan.files import open_append, place_new_directories_apart
 
 CLAIMED = ".claimed"  # the suffix of a spare's file between `_open_file`'s renames
 
@@ -166,6 +169,8 @@ class SpareFiles:
         self._adopted = True
         # The key directories a spare becomes go into `instances/`: it must be there.
         self._instances.mkdir(parents=True, exist_ok=True)
+        self._directory.mkdir(parents=True, exist_ok=True)
+        place_new_directories_apart(self._directory)
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self._directory):
                 pid, _, _ = entry.name.partition("-")

@@ -14,6 +14,7 @@ import pytest
 
 from agentproc.conversation import read_messages
 from agentproc.spare_files import SpareFiles
+from goondan.files import skips_recently_freed_inodes
 from goondan.paths import StatePaths
 from goondan.settings import DEFAULTS
 from tests.unit.agentproc.agent_kit import (
@@ -23,6 +24,7 @@ from tests.unit.agentproc.agent_kit import (
     key_another_agent_uses,
     running_agent,
 )
+from tests.unit.goondan.test_files import lsattr
 
 EVENTS = f"{AGENT}+events.jsonl"
 
@@ -38,6 +40,21 @@ def gone_pid() -> int:
 def spare_dirs(paths: StatePaths) -> list[Path]:
     home = paths.swarm(SWARM).spares / AGENT
     return sorted(home.iterdir()) if home.is_dir() else []
+
+
+async def test_an_agents_spares_are_spread_over_the_file_system(tmp_path: Path) -> None:
+    """On ext4 without a journal the agent asks for its spares' directories to be placed as
+    unrelated trees are, away from the inodes a large deletion has just freed
+    (`goondan.files.place_new_directories_apart`)."""
+    paths = StatePaths.at(tmp_path / "state")
+    async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
+        assert (await orchestrator.ask("first", "one")).status == "ok"
+    home = paths.swarm(SWARM).spares / AGENT
+    assert len(spare_dirs(paths)) == DEFAULTS.agent.spare_conversations
+    if skips_recently_freed_inodes(tmp_path):  # ext4 without a journal, as this project's CI
+        assert "T" in lsattr(home)
+        # The conversation a spare became is not: its own directories stay beside it.
+        assert "T" not in lsattr(paths.instance_dir(SWARM, "first"))
 
 
 async def test_new_conversations_take_spares_made_after_a_turn(tmp_path: Path) -> None:

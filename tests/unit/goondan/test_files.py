@@ -1,10 +1,18 @@
 import os
 import stat
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from goondan.files import file_fsync_syncs_new_entries, file_system_type, replace_file
+from goondan.files import (
+    file_fsync_syncs_new_entries,
+    file_system_type,
+    place_new_directories_apart,
+    replace_file,
+    skips_recently_freed_inodes,
+)
 from goondan.paths import StorageError
 
 
@@ -75,3 +83,51 @@ def test_the_file_system_type_is_the_mount_tables(tmp_path):
     assert file_fsync_syncs_new_entries(tmp_path) == (file_system_type(tmp_path) == "ext4")
     assert file_system_type(Path("/proc")) == "proc"
     assert not file_fsync_syncs_new_entries(Path("/proc"))
+
+
+def lsattr(directory: Path) -> str:
+    """The flags e2fsprogs reads on `directory` (`lsattr -d`), `T` among them once spread."""
+    listed = subprocess.run(["lsattr", "-d", str(directory)], check=True, capture_output=True)
+    return listed.stdout.decode().split()[0]
+
+
+def _journaled_elsewhere(path: Path) -> bool | None:
+    """Read apart from the code under test: the mount table's device for `path`, and jbd2's
+    list of the journals it runs (`/proc/fs/jbd2/<device>-<inode>`); None if not on ext4."""
+    if file_system_type(path) != "ext4":
+        return None
+    wanted = os.stat(path).st_dev
+    with open("/proc/self/mountinfo") as mounts:
+        for line in mounts:
+            fields = line.split()
+            major, minor = fields[2].split(":")
+            if os.makedev(int(major), int(minor)) == wanted:
+                device = os.path.basename(fields[fields.index("-", 6) + 2])
+                return any(j.startswith(f"{device}-") for j in os.listdir("/proc/fs/jbd2"))
+    raise AssertionError(f"{path} is on no mount")
+
+
+def test_ext4_without_a_journal_is_told_apart_from_other_file_systems(tmp_path):
+    journaled = _journaled_elsewhere(tmp_path)
+    assert skips_recently_freed_inodes(tmp_path) == (journaled is False)
+    assert not skips_recently_freed_inodes(Path("/dev/shm"))  # tmpfs
+    assert not skips_recently_freed_inodes(Path("/proc"))
+
+
+def test_where_recently_freed_inodes_are_skipped_new_directories_are_placed_apart(tmp_path):
+    spares = tmp_path / "spares"
+    spares.mkdir()
+    asked = place_new_directories_apart(spares)
+    assert asked == skips_recently_freed_inodes(tmp_path)
+    assert place_new_directories_apart(spares) == asked  # again, as every agent start asks
+    (spares / "c1").mkdir()  # directories are still made in it
+    if file_system_type(tmp_path) == "ext4":
+        assert ("T" in lsattr(spares)) == asked  # this project's CI: ext4 without a journal
+        assert "T" not in lsattr(spares / "c1")  # the parent's alone, not passed on
+
+
+def test_where_the_file_system_has_no_such_trouble_nothing_is_asked_and_nothing_fails(tmp_path):
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as shm:
+        assert not place_new_directories_apart(Path(shm))
+        (Path(shm) / "c1").mkdir()
+    assert not place_new_directories_apart(tmp_path / "not-there")
