@@ -67,6 +67,7 @@ def _waves(
     rounds: int,
     tag: str,
     pids: list[int],
+    *,
     bare: bool,
     router: int,
 ) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def _product(names: list[str], rounds: int) -> dict[str, Any]:
         idle = memory_of(pids)
         helper_pss = memory_of(helpers)["pssMiBSum"]
         daemon_pss = memory_of([daemon.proc.pid])["pssMiBSum"]
-        result = _waves(drv, names, rounds, "product", pids, False, daemon.proc.pid)
+        result = _waves(drv, names, rounds, "product", pids, bare=False, router=daemon.proc.pid)
         count_start_wave(result, first, startup, len(names))
         time.sleep(1.0)
         drv.beat()
@@ -157,7 +158,7 @@ def _bare(names: list[str], rounds: int) -> dict[str, Any]:
             payload = product.delegate_payload("ping", "start", "driver")
             baselines.wait_routable(drv, names, payload, timeout_s=120)
             startup = {"seconds": time.monotonic() - started, "answered": len(names)}
-            result = _waves(drv, names, rounds, "bare", pids, True, broker.pid)
+            result = _waves(drv, names, rounds, "bare", pids, bare=True, router=broker.pid)
             result["startup"] = startup
             result["memoryAfter"] = memory_of(pids)
     return result
@@ -175,7 +176,7 @@ def _orchestrator_only(names: list[str], rounds: int) -> dict[str, Any]:
                 raise RuntimeError("the orchestrator did not take every bare agent's `ready`")
             tag = "real orchestrator + bare agents"
             assert daemon.proc is not None
-            return _waves(drv, names, rounds, tag, pids, True, daemon.proc.pid)
+            return _waves(drv, names, rounds, tag, pids, bare=True, router=daemon.proc.pid)
 
 
 def _ms(arm: dict[str, Any], key: str = "p50") -> float:
