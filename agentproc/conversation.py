@@ -113,8 +113,10 @@ class Conversation:
         its fsync (`goondan.files.file_fsync_syncs_new_entries`): the entries of a file this
         conversation put in place then need no fsync of their directories."""
         self.directory = directory
-        self.events_path = directory.with_name(directory.name + EVENTS_SUFFIX)
-        self._base_path: Path | None = None  # made on first use: a new conversation has none
+        # Both made on first use: a new conversation writes through a spare's open file, and
+        # a path costs microseconds on the cold caches its first request meets.
+        self._events_path: Path | None = None
+        self._base_path: Path | None = None
         self._legacy = False  # stored inside the instance's directory, the older layout
         self._files: FilesState = (
             "there" if events_fd is not None else "no key directory" if new else "unknown"
@@ -135,6 +137,12 @@ class Conversation:
         self.events_bytes = 0  # in events.jsonl: since the last fold
         self._held: list[bytes] = []  # encoded events not yet written (see `hold`)
         self._fold_lock = threading.Lock()
+
+    @property
+    def events_path(self) -> Path:
+        if self._events_path is None:
+            self._events_path = self.directory.with_name(self.directory.name + EVENTS_SUFFIX)
+        return self._events_path
 
     @property
     def base_path(self) -> Path:
@@ -168,7 +176,7 @@ class Conversation:
             self._files = "there"
             return True
         if self.directory.is_dir():  # perhaps the older layout
-            self._base_path, self.events_path, self._legacy = conversation_files(self.directory)
+            self._base_path, self._events_path, self._legacy = conversation_files(self.directory)
         if self._legacy:
             self._files = "there"  # read and written in place, never from a spare
         elif self._files == "unknown":

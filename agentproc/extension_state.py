@@ -10,6 +10,7 @@ all instances of the agent — knows whose state to use.
 
 from __future__ import annotations
 
+import functools
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,19 @@ _decoder = msgspec.json.Decoder()
 
 
 class ExtensionStateStore:
-    def __init__(self, directory: Path, *, durable: bool = False) -> None:
-        """`durable`: every save is fsync'd before it returns (`--durability fsync`)."""
-        self.directory = directory
+    def __init__(self, home: Path, *, durable: bool = False) -> None:
+        """The state of the instance whose directory is `home` (`<agent>/`), kept in its
+        `extensions/`. `durable`: every save is fsync'd before it returns (`--durability
+        fsync`)."""
+        self._home = home
         self._durable = durable
         self._values: dict[str, bytes | None] = {}  # encoded, so callers cannot alias it
         self._dirty: set[str] = set()
+
+    @functools.cached_property
+    def directory(self) -> Path:
+        """Made on first use: most turns neither read nor set any extension's state."""
+        return self._home / "extensions"
 
     def get(self, extension: str) -> dict[str, Any] | None:
         raw = self._values.get(extension, _MISSING)

@@ -69,7 +69,7 @@ class Instance:
         )
         self._own_events = events is None
         self.events = RuntimeEventLog(directory) if events is None else events
-        self.state = ExtensionStateStore(directory / "extensions", durable=fsync_events)
+        self.state = ExtensionStateStore(directory, durable=fsync_events)
         self.jobs = ToolJobs(directory, self.deliver, durable=fsync_events)
         self._inbox: list[Message] = []
         self._inbox_limit = inbox_limit

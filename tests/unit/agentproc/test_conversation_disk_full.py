@@ -62,7 +62,7 @@ def test_extension_state_that_does_not_fit_raises_and_keeps_the_old_state():
             store.save()
         assert caught.value.code == "E_STORAGE" and "memo.json" in str(caught.value)
         assert ExtensionStateStore(disk / "state").get("memo") == {"n": 1}
-        assert sorted(p.name for p in (disk / "state").iterdir()) == ["memo.json"]  # no .tmp
+        assert sorted(p.name for p in store.directory.iterdir()) == ["memo.json"]  # no .tmp
         filler.unlink()
         store.save()  # still pending: written once space returns
         saved = ExtensionStateStore(disk / "state").get("memo")

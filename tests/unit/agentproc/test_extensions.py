@@ -274,10 +274,10 @@ async def test_state_must_be_a_json_object(tmp_path):
     value["a"] = 99  # a copy: only set() changes the state
     assert store.get("x") == {"a": 1}
     store.save()
-    assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1}
+    assert json.loads((tmp_path / "extensions" / "x.json").read_text()) == {"a": 1}
     store.set("x", None)
     store.save()
-    assert not (tmp_path / "x.json").exists()
+    assert not (tmp_path / "extensions" / "x.json").exists()
 
 
 async def test_event_bus_isolates_failures_and_unsubscribes():
