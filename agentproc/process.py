@@ -47,6 +47,9 @@ from ipc.dealer import Dealer
 from ipc.error_codes import ErrorCode
 from ipc.tasks import TaskSet
 
+# After an answer, the spares are made again this much later, once the answer is on its way.
+SPARES_REFILL_DELAY_S = 0.003
+
 
 class Job(msgspec.Struct, frozen=True):
     """One unit of work for an instance: a turn, answered when `correlation_id` is set."""
@@ -148,6 +151,7 @@ class AgentProcess:
             own + EVENTS_SUFFIX,
             count=agent.spare_conversations,
         )
+        self._spares_refill: asyncio.TimerHandle | None = None
         # Whether a quiet new conversation's fsync makes its directory entries durable too.
         self._fsync_syncs_new_entries = file_fsync_syncs_new_entries(self._dirs.instances)
         self._inline_syncs = inline_syncs or InlineSyncs()
@@ -504,8 +508,17 @@ class AgentProcess:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
         self.events.write_if_due()  # after the answer
-        if self.spares.wanted() and not self.queues.has_queued(key):
-            self.spares.refill()
+        if self.spares.wanted() and self._spares_refill is None:
+            # Not now: the answer just sent woke its reader, which a kernel without preemption
+            # may run on this CPU only once we block, and a spare is ~200 µs of file system
+            # work on a cold cache (docs/performance.md, "Spares made a little later").
+            self._spares_refill = asyncio.get_running_loop().call_later(
+                SPARES_REFILL_DELAY_S, self._refill_spares
+            )
+
+    def _refill_spares(self) -> None:
+        self._spares_refill = None
+        self.spares.refill()
 
     def _updates_for(self, job: Job) -> UpdateSink | None:
         """Streamed text and tool progress go to the requester, under the request's id."""
@@ -585,6 +598,8 @@ class AgentProcess:
             await self.definition.bus.aclose()  # extensions' async event handlers
         for instance in self._instances.values():
             instance.close()
+        if self._spares_refill is not None:
+            self._spares_refill.cancel()
         self.spares.close()
         self.events.close()
         self.definition.executor.close()

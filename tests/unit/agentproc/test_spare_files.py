@@ -4,9 +4,11 @@ those its earlier processes left."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -42,6 +44,18 @@ def spare_dirs(paths: StatePaths) -> list[Path]:
     return sorted(home.iterdir()) if home.is_dir() else []
 
 
+async def spares_made_again(paths: StatePaths) -> list[Path]:
+    """The agent's spares once it has made them again, each with its file, which it does a
+    little after an answer (`agentproc.process.SPARES_REFILL_DELAY_S`)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        spares = spare_dirs(paths)
+        ready = [s for s in spares if (s / EVENTS).exists()]
+        if len(ready) == DEFAULTS.agent.spare_conversations or time.monotonic() > deadline:
+            return spares
+        await asyncio.sleep(0.001)
+
+
 async def test_an_agents_spares_are_spread_over_the_file_system(tmp_path: Path) -> None:
     """On ext4 without a journal the agent asks for its spares' directories to be placed as
     unrelated trees are, away from the inodes a large deletion has just freed
@@ -49,8 +63,8 @@ async def test_an_agents_spares_are_spread_over_the_file_system(tmp_path: Path) 
     paths = StatePaths.at(tmp_path / "state")
     async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
         assert (await orchestrator.ask("first", "one")).status == "ok"
+        assert len(await spares_made_again(paths)) == DEFAULTS.agent.spare_conversations
     home = paths.swarm(SWARM).spares / AGENT
-    assert len(spare_dirs(paths)) == DEFAULTS.agent.spare_conversations
     if skips_recently_freed_inodes(tmp_path):  # ext4 without a journal, as this project's CI
         assert "T" in lsattr(home)
         # The conversation a spare became is not: its own directories stay beside it.
@@ -62,7 +76,7 @@ async def test_new_conversations_take_spares_made_after_a_turn(tmp_path: Path) -
     shared = key_another_agent_uses(paths, "shared")
     async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
         assert (await orchestrator.ask("first", "one")).status == "ok"
-        spares = spare_dirs(paths)
+        spares = await spares_made_again(paths)
         assert len(spares) == DEFAULTS.agent.spare_conversations
         assert all([p.name for p in s.iterdir()] == [EVENTS] for s in spares)
         assert all((s / EVENTS).stat().st_size == 0 for s in spares)
@@ -82,7 +96,7 @@ async def test_new_conversations_take_spares_made_after_a_turn(tmp_path: Path) -
         assert [m.content for m in stored] == ["three", "You said: three"]
 
         # Made again after each turn, and never shared with a conversation.
-        spares = spare_dirs(paths)
+        spares = await spares_made_again(paths)
         assert len(spares) == DEFAULTS.agent.spare_conversations
         assert all((s / EVENTS).stat().st_size == 0 for s in spares)
     # Kept when the agent stops, empty, for its next process: a deletion costs every inode
