@@ -19,6 +19,7 @@ from agentproc.spare_files import SpareFiles
 from goondan.files import skips_recently_freed_inodes
 from goondan.paths import StatePaths
 from goondan.settings import DEFAULTS
+from tests.file_flags import lsattr
 from tests.unit.agentproc.agent_kit import (
     AGENT,
     OTHERS_EVENTS,
@@ -26,7 +27,6 @@ from tests.unit.agentproc.agent_kit import (
     key_another_agent_uses,
     running_agent,
 )
-from tests.unit.goondan.test_files import lsattr
 
 EVENTS = f"{AGENT}+events.jsonl"
 

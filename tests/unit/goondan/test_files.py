@@ -1,6 +1,5 @@
 import os
 import stat
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from goondan.files import (
     skips_recently_freed_inodes,
 )
 from goondan.paths import StorageError
+from tests.file_flags import lsattr
 
 
 def test_replace_file_makes_the_directory_and_leaves_no_temporary_file(tmp_path, fsynced):
@@ -83,12 +83,6 @@ def test_the_file_system_type_is_the_mount_tables(tmp_path):
     assert file_fsync_syncs_new_entries(tmp_path) == (file_system_type(tmp_path) == "ext4")
     assert file_system_type(Path("/proc")) == "proc"
     assert not file_fsync_syncs_new_entries(Path("/proc"))
-
-
-def lsattr(directory: Path) -> str:
-    """The flags e2fsprogs reads on `directory` (`lsattr -d`), `T` among them once spread."""
-    listed = subprocess.run(["lsattr", "-d", str(directory)], check=True, capture_output=True)
-    return listed.stdout.decode().split()[0]
 
 
 def _journaled_elsewhere(path: Path) -> bool | None:
