@@ -6,7 +6,7 @@ On ext4 a new inode costs a look through the inode table past every inode freed 
 minutes, up to a millisecond after a large deletion (docs/performance.md, figure 7). So the
 agent keeps a few spares, each a directory holding an empty events file of the agent's,
 
-    <state-root>/swarms/<swarm>/spares/<agent>/<pid>-<n>/<agent>+events.jsonl
+    <state-root>/swarms/<swarm>/spares/<agent>/<pid>-<batch>/<n>/<agent>+events.jsonl
 
 and a new conversation renames one into place, which makes no inode: the directory becomes
 the key's when the key has none, or the file alone moves into the key's directory. Each spare's
@@ -20,10 +20,13 @@ deletion slows every inode made in the minutes after it, in any process).
 
 Spares live beside `instances/`, on its file system (a rename cannot cross one), where nothing
 that lists instances looks. Where that is ext4 without a journal, the agent's spares directory
-asks for the spares to be placed apart from the inodes a large deletion has just freed
+asks for the batches in it to be placed apart from the inodes a large deletion has just freed
 (`goondan.files.place_new_directories_apart`): beside them each new inode pays for all of
-them. A spare is empty until it is in place, so a crash leaves at worst an empty
-conversation, as a crash between making the file and writing to it always could.
+them. A batch holds up to `SPARES_PER_BATCH` spares, made beside it: placing each spare
+apart would cost a search through every block group and a cold one's bitmaps each time
+(docs/performance.md, "Spares in batches"). A batch is removed once its last spare is gone.
+A spare is empty until it is in place, so a crash leaves at worst an empty conversation, as a
+crash between making the file and writing to it always could.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 from goondan.files import open_append, place_new_directories_apart
 
 CLAIMED = ".claimed"  # the suffix of a spare's file between `_open_file`'s renames
+SPARES_PER_BATCH = 64
 
 
 class SpareFiles:
@@ -53,7 +57,10 @@ class SpareFiles:
         # appends to it as it is, with no open of its own.
         self._ready: list[tuple[Path, int]] = []
         self._emptied: list[Path] = []  # spares whose file went into a key's directory
-        self._made = 0
+        self._batch: Path | None = None  # where new spares are made
+        self._in_batch = SPARES_PER_BATCH  # spares made in it (none yet: start one)
+        self._batches = 0  # batch names this process has taken
+        self._earlier_batches: list[Path] = []  # removed once their spares are gone
         self._adopted = False
 
     def place(self, key_dir: Path) -> int | None:
@@ -103,6 +110,7 @@ class SpareFiles:
         try:
             if not self._adopted:
                 self._adopt()
+            self._remove_empty_batches()
             while len(self._ready) < self._count:
                 spare = self._emptied.pop() if self._emptied else self._new_directory()
                 try:
@@ -149,23 +157,45 @@ class SpareFiles:
         shutil.rmtree(spare, ignore_errors=True)
 
     def _new_directory(self) -> Path:
+        if self._batch is None or self._in_batch >= SPARES_PER_BATCH:
+            if self._batch is not None:
+                self._earlier_batches.append(self._batch)
+            self._batch = self._new_batch()
+            self._in_batch = 0
+        self._in_batch += 1
+        spare = self._batch / str(self._in_batch)
+        spare.mkdir()
+        return spare
+
+    def _new_batch(self) -> Path:
         while True:  # a name a process gone before us, under the same pid, may have left
-            spare = self._next_name()
+            batch = self._next_batch_name()
             try:
-                spare.mkdir(parents=True)
-                return spare
+                batch.mkdir()
+                return batch
             except FileExistsError:
                 continue
 
-    def _next_name(self) -> Path:
-        self._made += 1
-        return self._directory / f"{self._prefix}{self._made}"
+    def _next_batch_name(self) -> Path:
+        self._batches += 1
+        return self._directory / f"{self._prefix}{self._batches}"
+
+    def _remove_empty_batches(self) -> None:
+        """The earlier batches whose spares are all gone (an rmdir fails on the others)."""
+        for batch in list(self._earlier_batches):
+            try:
+                os.rmdir(batch)
+            except OSError as exc:
+                if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    continue
+            self._earlier_batches.remove(batch)
 
     def _adopt(self) -> None:
-        """Take over the spares of this agent's processes that are gone: each renamed to one of
-        ours, so that one process alone gets it, and filled by `refill` (its file is opened
-        where it is there, made where it is not). One with anything in its file (none
-        should have: a spare's file is written only once it is in place) is removed."""
+        """Take over the batches of this agent's processes that are gone: each renamed to one
+        of ours, so that one process alone gets it, its spares filled by `refill` (a spare's
+        file is opened where it is there, made where it is not). A spare with anything in its
+        file (none should have: a spare's file is written only once it is in place) is
+        removed, and so is anything in a batch that is not a spare."""
         self._adopted = True
         # The key directories a spare becomes go into `instances/`: it must be there.
         self._instances.mkdir(parents=True, exist_ok=True)
@@ -177,17 +207,25 @@ class SpareFiles:
                 if pid.isdigit() and not _alive(int(pid)):
                     self._claim(Path(entry.path))
 
-    def _claim(self, spare: Path) -> None:
+    def _claim(self, batch: Path) -> None:
         while True:
-            ours = self._next_name()
+            ours = self._next_batch_name()
             try:
-                os.rename(spare, ours)
+                os.rename(batch, ours)
                 break
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
                     continue  # a name of ours left by an earlier process with our pid
                 return  # another process of the agent took it first
-        events = ours / self._events_name
+        self._earlier_batches.append(ours)
+        for entry in os.scandir(ours):
+            if entry.is_dir(follow_symlinks=False):
+                self._take_over(Path(entry.path))
+            else:
+                os.unlink(entry.path)
+
+    def _take_over(self, spare: Path) -> None:
+        events = spare / self._events_name
         # A process gone between `_open_file`'s two renames left the file under its other name.
         with contextlib.suppress(FileNotFoundError):
             os.rename(events.with_name(events.name + CLAIMED), events)
@@ -196,9 +234,9 @@ class SpareFiles:
         except FileNotFoundError:
             written = False
         if written:
-            shutil.rmtree(ours, ignore_errors=True)
+            shutil.rmtree(spare, ignore_errors=True)
         else:
-            self._emptied.append(ours)
+            self._emptied.append(spare)
 
 
 def _alive(pid: int) -> bool:

@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if info["fileCreateUs"] > QUIET_FILE_CREATE_US:
         log(
             f"creating a file costs {info['fileCreateUs']:.0f} us of CPU here (usually "
-            "20-85): the file system is still paying for files deleted in the last minutes "
+            "20-50): the file system is still paying for files deleted in the last minutes "
             "(ext4 without a journal)" + ("; waiting for it to settle" if full_run else "")
         )
         if full_run:

@@ -15,7 +15,7 @@ import msgspec
 import pytest
 
 from agentproc.conversation import read_messages
-from agentproc.spare_files import SpareFiles
+from agentproc.spare_files import SPARES_PER_BATCH, SpareFiles
 from goondan.files import skips_recently_freed_inodes
 from goondan.paths import StatePaths
 from goondan.settings import DEFAULTS
@@ -40,8 +40,9 @@ def gone_pid() -> int:
 
 
 def spare_dirs(paths: StatePaths) -> list[Path]:
+    """The agent's spares, in its batches (`spares/<agent>/<pid>-<batch>/<n>/`)."""
     home = paths.swarm(SWARM).spares / AGENT
-    return sorted(home.iterdir()) if home.is_dir() else []
+    return sorted(s for b in home.iterdir() for s in b.iterdir()) if home.is_dir() else []
 
 
 async def spares_made_again(paths: StatePaths) -> list[Path]:
@@ -122,30 +123,55 @@ async def test_no_spares_when_turned_off(tmp_path: Path) -> None:
 def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> None:
     home = tmp_path / "swarm" / "spares" / AGENT
     instances = tmp_path / "swarm" / "instances"
-    gone = gone_pid()
-    dead, emptied, written = (home / f"{gone}-{n}" for n in (1, 2, 3))
-    alive = home / f"{os.getppid()}-1"  # another process of the agent, still running
+    batch = home / f"{gone_pid()}-1"
+    dead, emptied, written = (batch / str(n) for n in (1, 2, 3))
+    alive = home / f"{os.getppid()}-1" / "1"  # another process of the agent, still running
     for spare in (dead, written, alive):
         spare.mkdir(parents=True)
         (spare / EVENTS).touch()
     emptied.mkdir()  # its file went into a key's directory
     (written / EVENTS).write_bytes(OTHERS_EVENTS)  # none should be: removed, not reused
-    inodes = {(p.stat().st_ino, (p / EVENTS).stat().st_ino) for p in (dead,)}
+    (batch / "stray").touch()  # not a spare: removed
+    inode = (dead.stat().st_ino, (dead / EVENTS).stat().st_ino)
     spares = SpareFiles(home, instances, EVENTS, count=2)
     spares.refill()
     assert instances.is_dir()  # where spares go, made beforehand
-    ours = sorted(p for p in home.iterdir() if p != alive)
-    assert [p.name.partition("-")[0] for p in ours] == [str(os.getpid())] * 2
-    assert all([f.name for f in p.iterdir()] == [EVENTS] for p in ours)
-    assert all((p / EVENTS).stat().st_size == 0 for p in ours)
-    assert inodes <= {(p.stat().st_ino, (p / EVENTS).stat().st_ino) for p in ours}
+    [ours] = [b for b in home.iterdir() if b != alive.parent]
+    assert ours.name.partition("-")[0] == str(os.getpid())
+    assert sorted(p.name for p in ours.iterdir()) == ["1", "2"]  # nothing else, nothing new
+    assert all([f.name for f in p.iterdir()] == [EVENTS] for p in ours.iterdir())
+    assert all((p / EVENTS).stat().st_size == 0 for p in ours.iterdir())
+    assert inode == ((ours / "1").stat().st_ino, (ours / "1" / EVENTS).stat().st_ino)
     assert (alive / EVENTS).exists()  # not ours to take
     for key in ("k1", "k2"):  # both are used, with nothing made for them
         assert spares.take(instances / key / EVENTS, key_has_directory=False) is not None
         assert [p.name for p in (instances / key).iterdir()] == [EVENTS]
     assert spares.take(instances / "k3" / EVENTS, key_has_directory=False) is None  # none left
+    spares.refill()  # the batch taken over, now empty, is removed; new spares are made
+    [new] = [b for b in home.iterdir() if b != alive.parent]
+    assert new != ours and sorted(p.name for p in new.iterdir()) == ["1", "2"]
     spares.close()
-    assert sorted(p.name for p in home.iterdir()) == [alive.name]
+
+
+def test_spares_are_made_in_batches_each_removed_once_used_up(tmp_path: Path) -> None:
+    """A spare is made beside the others of its batch (a search through the file system's
+    groups for each batch, not for each spare); a batch whose spares are all gone is
+    removed."""
+    home = tmp_path / "swarm" / "spares" / AGENT
+    instances = tmp_path / "swarm" / "instances"
+    spares = SpareFiles(home, instances, EVENTS, count=1)
+    for n in range(SPARES_PER_BATCH + 1):
+        spares.refill()
+        fd = spares.place(instances / f"k{n}")
+        assert fd is not None
+        os.close(fd)
+    spares.refill()
+    [batch] = home.iterdir()  # the first batch, used up, is gone
+    assert batch.name == f"{os.getpid()}-2"
+    assert [p.name for p in batch.iterdir()] == ["2"]
+    assert [p.name for p in (instances / "k0").iterdir()] == [EVENTS]
+    assert len(list(instances.iterdir())) == SPARES_PER_BATCH + 1
+    spares.close()
 
 
 def test_a_spare_left_between_its_files_two_renames_is_taken_over_whole(tmp_path: Path) -> None:
@@ -154,13 +180,14 @@ def test_a_spare_left_between_its_files_two_renames_is_taken_over_whole(tmp_path
     key directory the spare becomes."""
     home = tmp_path / "swarm" / "spares" / AGENT
     instances = tmp_path / "swarm" / "instances"
-    spare = home / f"{gone_pid()}-1"
+    spare = home / f"{gone_pid()}-1" / "1"
     spare.mkdir(parents=True)
     (spare / f"{EVENTS}.claimed").touch()
     inode = (spare / f"{EVENTS}.claimed").stat().st_ino
     spares = SpareFiles(home, instances, EVENTS, count=1)
     spares.refill()
-    [ours] = home.iterdir()
+    [batch] = home.iterdir()
+    [ours] = batch.iterdir()
     assert [f.name for f in ours.iterdir()] == [EVENTS]
     assert (ours / EVENTS).stat().st_ino == inode  # the same file, not a new one beside it
     assert spares.take(instances / "k" / EVENTS, key_has_directory=False) is not None
@@ -189,7 +216,8 @@ def test_a_spare_whose_file_could_not_be_made_is_left_unused(tmp_path: Path) -> 
     assert spares.wanted()
     assert spares.take(instances / "k" / "x", key_has_directory=False) is None
     spares.close()
-    assert [list(p.iterdir()) for p in home.iterdir()] == [[]]  # for a later try
+    [batch] = home.iterdir()
+    assert [list(p.iterdir()) for p in batch.iterdir()] == [[]]  # for a later try
 
 
 def one_spare(tmp_path: Path) -> tuple[StatePaths, SpareFiles]:
