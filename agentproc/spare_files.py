@@ -204,7 +204,7 @@ class SpareFiles:
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self._directory):
                 pid, _, _ = entry.name.partition("-")
-                if pid.isdigit() and not _alive(int(pid)):
+                if pid.isdigit() and entry.is_dir(follow_symlinks=False) and not _alive(int(pid)):
                     self._claim(Path(entry.path))
 
     def _claim(self, batch: Path) -> None:

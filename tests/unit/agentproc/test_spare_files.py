@@ -132,11 +132,12 @@ def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> 
     emptied.mkdir()  # its file went into a key's directory
     (written / EVENTS).write_bytes(OTHERS_EVENTS)  # none should be: removed, not reused
     (batch / "stray").touch()  # not a spare: removed
+    (home / f"{gone_pid()}-9").touch()  # not a batch: left alone
     inode = (dead.stat().st_ino, (dead / EVENTS).stat().st_ino)
     spares = SpareFiles(home, instances, EVENTS, count=2)
     spares.refill()
     assert instances.is_dir()  # where spares go, made beforehand
-    [ours] = [b for b in home.iterdir() if b != alive.parent]
+    [ours] = [b for b in home.iterdir() if b != alive.parent and b.is_dir()]
     assert ours.name.partition("-")[0] == str(os.getpid())
     assert sorted(p.name for p in ours.iterdir()) == ["1", "2"]  # nothing else, nothing new
     assert all([f.name for f in p.iterdir()] == [EVENTS] for p in ours.iterdir())
@@ -148,7 +149,7 @@ def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> 
         assert [p.name for p in (instances / key).iterdir()] == [EVENTS]
     assert spares.take(instances / "k3" / EVENTS, key_has_directory=False) is None  # none left
     spares.refill()  # the batch taken over, now empty, is removed; new spares are made
-    [new] = [b for b in home.iterdir() if b != alive.parent]
+    [new] = [b for b in home.iterdir() if b != alive.parent and b.is_dir()]
     assert new != ours and sorted(p.name for p in new.iterdir()) == ["1", "2"]
     spares.close()
 
