@@ -99,12 +99,14 @@ def skips_recently_freed_inodes(path: Path) -> bool:
 def place_new_directories_apart(directory: Path) -> bool:
     """Where the file system skips recently freed inodes (`skips_recently_freed_inodes`), ask
     it to place the directories made in `directory` as it places unrelated top-level trees
-    (`chattr +T`): where inodes are free, not in the parent's group. New top-level trees go
-    where the most inodes are free, which is where a large deletion has just freed them, and
-    their directories and files follow them there and pay for every one. Right after 20,000
-    deletions a new conversation's spare cost 72-83 µs per inode placed apart and 327-619
-    beside them; on a quiet disk 68-74 against 29 (the search through the groups), so where
-    nothing is skipped it is not asked. Whether it was asked; never raises."""
+    (`chattr +T`): in a group with few directories and many free inodes, not in the parent's
+    group. A tree made beside a large deletion (as the bench's state roots were, after a test
+    run) has its directories and files follow it there, and each pays for every inode the
+    deletion freed: right after 20,000 deletions a new conversation's spare cost 72-83 µs per
+    inode placed apart and 327-619 beside them. Placing one costs a search through every
+    group (on a quiet disk 68-74 µs against 29), so where nothing is skipped it is not asked,
+    and the agents place batches of spares, not each one. Whether it was asked; never
+    raises."""
     try:
         if not skips_recently_freed_inodes(directory):
             return False
