@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agentproc.spare_files import SPARES_PER_BATCH
-from goondan.files import file_system_type, place_new_directories_apart
+from agentproc.spare_files import SpareFiles
+from goondan.files import file_system_type
 from goondan.paths import StatePaths
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,24 +51,22 @@ def file_create_us(count: int = 300) -> float:
     their state: the inode allocator of ext4 without a journal skips every inode freed in the
     last minutes at a cost each, so after many deletions (a test run, the last bench's exit)
     creating a conversation costs ten times its usual, and the figures that create
-    conversations are slower for it. Made where, and as, an agent of a figure's daemon makes
-    its spares (a state root in `<tmp>/p/s`, as `bench.product` puts it, placed apart from
-    recently freed inodes where the agents' are: `goondan.files.place_new_directories_apart`),
-    hundreds of them, as a figure makes (docs/performance.md). Reported beside the machine, so
-    such a run is recognised."""
+    conversations are slower for it. Made by the agents' own `SpareFiles`, where an agent of
+    a figure's daemon makes its spares (a state root in `<tmp>/p/s`, as `bench.product` puts
+    it), hundreds of them, as a figure makes (docs/performance.md). Reported beside the
+    machine, so such a run is recognised."""
     with short_tmpdir() as tmp:
-        spares = StatePaths.at(tmp / "p" / "s").swarm("default").spares / "probe"
-        spares.mkdir(parents=True)
-        place_new_directories_apart(spares)  # as an agent's spares are (`agentproc.spare_files`)
+        swarm = StatePaths.at(tmp / "p" / "s").swarm("default")
+        home, events = swarm.spares / "probe", "probe+events.jsonl"
+        spares = SpareFiles(home, swarm.instances, events, count=count // 2)
         started = time.process_time()
-        for i in range(count // 2):  # as a new conversation: a directory and its events
-            batch = spares / f"b{i // SPARES_PER_BATCH}"
-            if i % SPARES_PER_BATCH == 0:
-                batch.mkdir()
-            directory = batch / f"c{i}"
-            directory.mkdir()
-            (directory / "probe+events.jsonl").touch()
-        return (time.process_time() - started) / count * 1e6
+        spares.refill()  # each spare a new conversation's directory and its events file
+        used = time.process_time() - started
+        made_all = not spares.wanted()
+        spares.close()
+        if not made_all:  # `refill` stops quietly on an error, as an agent must go on
+            raise OSError(f"the disk probe could not make its files in {home}")
+        return used / count * 1e6
 
 
 def memory_filesystem() -> Path | None:
