@@ -58,7 +58,7 @@ async def spares_made_again(paths: StatePaths) -> list[Path]:
 
 
 async def test_an_agents_spares_are_spread_over_the_file_system(tmp_path: Path) -> None:
-    """On ext4 without a journal the agent asks for its spares' directories to be placed as
+    """On ext4 without a journal the agent asks for its batches of spares to be placed as
     unrelated trees are, away from the inodes a large deletion has just freed
     (`goondan.files.place_new_directories_apart`)."""
     paths = StatePaths.at(tmp_path / "state")
@@ -123,7 +123,8 @@ async def test_no_spares_when_turned_off(tmp_path: Path) -> None:
 def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> None:
     home = tmp_path / "swarm" / "spares" / AGENT
     instances = tmp_path / "swarm" / "instances"
-    batch = home / f"{gone_pid()}-1"
+    gone = gone_pid()
+    batch = home / f"{gone}-1"
     dead, emptied, written = (batch / str(n) for n in (1, 2, 3))
     alive = home / f"{os.getppid()}-1" / "1"  # another process of the agent, still running
     for spare in (dead, written, alive):
@@ -132,7 +133,8 @@ def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> 
     emptied.mkdir()  # its file went into a key's directory
     (written / EVENTS).write_bytes(OTHERS_EVENTS)  # none should be: removed, not reused
     (batch / "stray").touch()  # not a spare: removed
-    (home / f"{gone_pid()}-9").touch()  # not a batch: left alone
+    not_a_batch = home / f"{gone}-9"
+    not_a_batch.touch()  # a file: left alone
     inode = (dead.stat().st_ino, (dead / EVENTS).stat().st_ino)
     spares = SpareFiles(home, instances, EVENTS, count=2)
     spares.refill()
@@ -151,6 +153,7 @@ def test_the_spares_of_a_process_that_is_gone_are_taken_over(tmp_path: Path) -> 
     spares.refill()  # the batch taken over, now empty, is removed; new spares are made
     [new] = [b for b in home.iterdir() if b != alive.parent and b.is_dir()]
     assert new != ours and sorted(p.name for p in new.iterdir()) == ["1", "2"]
+    assert not_a_batch.is_file()
     spares.close()
 
 
