@@ -47,7 +47,8 @@ from ipc.dealer import Dealer
 from ipc.error_codes import ErrorCode
 from ipc.tasks import TaskSet
 
-# After an answer, the spares are made again this much later, once the answer is on its way.
+# After an answer, the spares are made again this much later, once the answer is on its way,
+# one new inode per wake-up, each this long after the one before.
 SPARES_REFILL_DELAY_S = 0.003
 
 
@@ -517,8 +518,15 @@ class AgentProcess:
             )
 
     def _refill_spares(self) -> None:
-        self._spares_refill = None
-        self.spares.refill()
+        """One inode of the spares, then the next a little later: a request that arrives
+        meanwhile waits for one inode, not for all (docs/performance.md, "Spares one inode
+        at a time")."""
+        if self.spares.make_one() and self.spares.wanted():
+            self._spares_refill = asyncio.get_running_loop().call_later(
+                SPARES_REFILL_DELAY_S, self._refill_spares
+            )
+        else:
+            self._spares_refill = None
 
     def _updates_for(self, job: Job) -> UpdateSink | None:
         """Streamed text and tool progress go to the requester, under the request's id."""

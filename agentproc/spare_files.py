@@ -105,22 +105,36 @@ class SpareFiles:
         return len(self._ready) < self._count
 
     def refill(self) -> None:
-        """Make spares up to `count`. A failure (a full disk) stops it quietly: new
-        conversations then make their own files, and report the disk's error if it lasts."""
+        """Make spares up to `count`, all at once (`make_one` until it has nothing to do)."""
+        while self.make_one():
+            pass
+
+    def make_one(self) -> bool:
+        """One new inode toward `count`: a spare's directory, or the file of a spare that lacks
+        one. False when none is wanted, or when it failed (a full disk): it stops quietly, new
+        conversations then make their own files and report the disk's error if it lasts. An
+        agent makes its spares one inode per wake-up: after a large deletion one inode can
+        take hundreds of microseconds, and a request that arrives meanwhile waits for the
+        step, not for every spare."""
         try:
             if not self._adopted:
                 self._adopt()
             self._remove_empty_batches()
-            while len(self._ready) < self._count:
-                spare = self._emptied.pop() if self._emptied else self._new_directory()
-                try:
-                    fd = self._open_file(spare / self._events_name)
-                except OSError:
-                    self._emptied.append(spare)  # filled later, here or by the next process
-                    raise
-                self._ready.append((spare, fd))
+            if len(self._ready) >= self._count:
+                return False
+            if not self._emptied:
+                self._emptied.append(self._new_directory())
+                return True
+            spare = self._emptied.pop()
+            try:
+                fd = self._open_file(spare / self._events_name)
+            except OSError:
+                self._emptied.append(spare)  # filled later, here or by the next process
+                raise
+            self._ready.append((spare, fd))
+            return True
         except OSError:
-            return
+            return False
 
     def close(self) -> None:
         """Close the spares' files; the spares stay, for the agent's next process."""

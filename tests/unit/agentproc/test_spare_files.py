@@ -199,6 +199,33 @@ def test_a_spare_left_between_its_files_two_renames_is_taken_over_whole(tmp_path
     spares.close()
 
 
+def test_spares_are_made_one_inode_at_a_time(tmp_path: Path) -> None:
+    """An agent makes one inode per wake-up (`make_one`), so that a request arriving in the
+    middle waits for one inode's time on a slow disk, not for the whole refill."""
+    home = tmp_path / "swarm" / "spares" / AGENT
+    instances = tmp_path / "swarm" / "instances"
+    spares = SpareFiles(home, instances, EVENTS, count=2)
+
+    def made() -> list[list[str]]:
+        return [sorted(p.name for p in s.iterdir()) for b in home.iterdir() for s in b.iterdir()]
+
+    assert spares.make_one()  # the first spare's directory (and its batch)
+    assert made() == [[]]
+    assert spares.make_one()  # its file
+    assert made() == [[EVENTS]]
+    assert spares.wanted()
+    assert spares.make_one() and spares.make_one()
+    assert made() == [[EVENTS], [EVENTS]]
+    assert not spares.wanted()
+    assert not spares.make_one()  # nothing more to make
+    assert made() == [[EVENTS], [EVENTS]]
+    fd = spares.take(instances / "k" / EVENTS, key_has_directory=False)
+    assert fd is not None
+    os.close(fd)
+    assert spares.wanted() and spares.make_one()
+    spares.close()
+
+
 def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: Path) -> None:
     blocker = tmp_path / "swarm" / "spares"
     blocker.parent.mkdir(parents=True)
@@ -206,6 +233,7 @@ def test_a_failed_refill_leaves_new_conversations_to_make_their_files(tmp_path: 
     spares = SpareFiles(blocker / AGENT, tmp_path / "swarm" / "instances", EVENTS, count=2)
     spares.refill()  # no exception: the agent goes on
     assert spares.wanted()
+    assert not spares.make_one()  # a failed step says so: the agent does not try again at once
     assert (
         spares.take(tmp_path / "swarm" / "instances" / "k" / EVENTS, key_has_directory=False)
         is None
