@@ -13,10 +13,11 @@ the key's when the key has none, or the file alone moves into the key's director
 file stays open, so the conversation's first write opens nothing; and for a new key the rename
 is the look for its directory too (it fails when the directory is there): one system call
 where a look, a rename, an open and a stat were four. The spares are made again after a turn
-has answered. They outlive their process: the agent's next process (a restart, a respawn after
-a crash) takes over those of its processes that are gone, renaming each to its own name, so
-stopping and starting an agent neither deletes nor makes an inode (on that file system a
-deletion slows every inode made in the minutes after it, in any process).
+has answered, one inode at a time (`make_one`). They outlive their process: the agent's next
+process (a restart, a respawn after a crash) takes over those of its processes that are gone,
+renaming each to its own name, so stopping and starting an agent neither deletes nor makes an
+inode (on that file system a deletion slows every inode made in the minutes after it, in any
+process).
 
 Spares live beside `instances/`, on its file system (a rename cannot cross one), where nothing
 that lists instances looks. Where that is ext4 without a journal, the agent's spares directory
@@ -110,12 +111,12 @@ class SpareFiles:
             pass
 
     def make_one(self) -> bool:
-        """One new inode toward `count`: a spare's directory, or the file of a spare that lacks
-        one. False when none is wanted, or when it failed (a full disk): it stops quietly, new
-        conversations then make their own files and report the disk's error if it lasts. An
-        agent makes its spares one inode per wake-up: after a large deletion one inode can
-        take hundreds of microseconds, and a request that arrives meanwhile waits for the
-        step, not for every spare."""
+        """One new inode toward `count`: a spare's directory (with its batch's, when a batch
+        starts), or the file of a spare that lacks one. False when none is wanted, or when it
+        failed (a full disk): it stops quietly, new conversations then make their own files
+        and report the disk's error if it lasts. An agent makes its spares one step per
+        wake-up: after a large deletion one inode can take hundreds of microseconds, and a
+        request that arrives meanwhile waits for the step, not for every spare."""
         try:
             if not self._adopted:
                 self._adopt()
