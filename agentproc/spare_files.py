@@ -120,10 +120,10 @@ class SpareFiles:
         try:
             if not self._adopted:
                 self._adopt()
-            self._remove_empty_batches()
             if len(self._ready) >= self._count:
                 return False
             if not self._emptied:
+                self._remove_empty_batches()  # once per new spare, not per step
                 self._emptied.append(self._new_directory())
                 return True
             spare = self._emptied.pop()
