@@ -513,20 +513,20 @@ class AgentProcess:
             # Not now: the answer just sent woke its reader, which a kernel without preemption
             # may run on this CPU only once we block, and a spare is ~200 µs of file system
             # work on a cold cache (docs/performance.md, "Spares made a little later").
-            self._spares_refill = asyncio.get_running_loop().call_later(
-                SPARES_REFILL_DELAY_S, self._refill_spares
-            )
+            self._refill_spares_later()
+
+    def _refill_spares_later(self) -> None:
+        self._spares_refill = asyncio.get_running_loop().call_later(
+            SPARES_REFILL_DELAY_S, self._refill_spares
+        )
 
     def _refill_spares(self) -> None:
         """One inode of the spares, then the next a little later: a request that arrives
         meanwhile waits for one inode, not for all (docs/performance.md, "Spares one inode
         at a time")."""
+        self._spares_refill = None
         if self.spares.make_one() and self.spares.wanted():
-            self._spares_refill = asyncio.get_running_loop().call_later(
-                SPARES_REFILL_DELAY_S, self._refill_spares
-            )
-        else:
-            self._spares_refill = None
+            self._refill_spares_later()
 
     def _updates_for(self, job: Job) -> UpdateSink | None:
         """Streamed text and tool progress go to the requester, under the request's id."""
