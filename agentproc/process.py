@@ -283,27 +283,28 @@ class AgentProcess:
     def _on_control(self, env: wire.Envelope) -> None:
         """A command from the orchestrator (`wire.DAEMON_COMMANDS`)."""
         command = wire.decode_payload(env, wire.Control)
-        if command.command not in wire.DAEMON_COMMANDS:
-            error = wire.ErrorInfo(
-                ErrorCode.E_UNKNOWN_COMMAND, f"agents do not know '{command.command}'"
-            )
-        elif command.command == "turn.cancel":
-            try:
-                cancel = wire.decode_args(command, wire.TurnCancelArgs)
-            except wire.BadArgs as exc:
-                error = wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc))
-            else:
-                result = wire.Cancelled(self._cancel_turns(cancel))
-                self._answer_control(env.from_, env.correlation_id, wire.ControlReply(True, result))
-                return
-        else:
-            try:
-                drop = wire.decode_args(command, wire.InstanceDropArgs)
-            except wire.BadArgs as exc:
-                error = wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc))
-            else:
-                self.queues.submit(drop.instance_key, Drop(env.from_, env.correlation_id))
-                return
+        declared = wire.DAEMON_COMMANDS.get(command.command)
+        if declared is None:
+            error = f"agents do not know '{command.command}'"
+            self._refuse_control(env, wire.ErrorInfo(ErrorCode.E_UNKNOWN_COMMAND, error))
+            return
+        try:
+            args = wire.decode_args(command, declared.args)
+        except wire.BadArgs as exc:
+            self._refuse_control(env, wire.ErrorInfo(ErrorCode.E_BAD_REQUEST, str(exc)))
+            return
+        result: wire.ControlResult
+        if isinstance(args, wire.InstanceDropArgs):  # answered after the key's queued turns
+            self.queues.submit(args.instance_key, Drop(env.from_, env.correlation_id))
+            return
+        if isinstance(args, wire.TurnCancelArgs):
+            result = wire.Cancelled(self._cancel_turns(args))
+        else:  # events.flush: `goondan logs` is about to read this agent's events
+            self.events.flush()
+            result = wire.Flushed([self.name])
+        self._answer_control(env.from_, env.correlation_id, wire.ControlReply(True, result))
+
+    def _refuse_control(self, env: wire.Envelope, error: wire.ErrorInfo) -> None:
         self._answer_control(env.from_, env.correlation_id, wire.ControlReply(False, error=error))
 
     def _cancel_turns(self, args: wire.TurnCancelArgs) -> list[wire.CancelledTurn]:

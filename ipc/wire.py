@@ -275,6 +275,18 @@ class TraceCancel(msgspec.Struct, frozen=True, rename="camel"):
     trace_id: str
 
 
+class LogsFlushArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`logs.flush` (CLI -> orchestrator): have every running agent write the runtime events
+    it holds (`events.flush`), waiting `wait_ms` for each, so that `goondan logs` then reads
+    every event of a turn that has answered."""
+
+    wait_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 2_000
+
+
+class EventsFlushArgs(msgspec.Struct, frozen=True, omit_defaults=True):
+    """`events.flush` (orchestrator -> agent): write the runtime events held in a batch now."""
+
+
 class ApprovalsArgs(msgspec.Struct, frozen=True, omit_defaults=True):
     """`approvals` (CLI -> orchestrator): the tool calls waiting for a human."""
 
@@ -298,6 +310,8 @@ ControlArgs = (
     | InstanceDropArgs
     | CancelArgs
     | TurnCancelArgs
+    | LogsFlushArgs
+    | EventsFlushArgs
     | ApprovalsArgs
     | DecideArgs
 )
@@ -423,6 +437,13 @@ class Cancelled(msgspec.Struct, frozen=True):
     turns: list[CancelledTurn]
 
 
+class Flushed(msgspec.Struct, frozen=True):
+    """The result of `logs.flush` and `events.flush`: the agents whose held runtime events are
+    now in their files."""
+
+    agents: list[str]
+
+
 class ApprovalInfo(msgspec.Struct, frozen=True, rename="camel"):
     """One waiting call, as `goondan approvals` shows it."""
 
@@ -463,6 +484,7 @@ ControlResult = (
     | Approvals
     | Decided
     | Cancelled
+    | Flushed
 )
 
 
@@ -479,11 +501,12 @@ CLI_COMMANDS: Final[dict[str, Command]] = {
     "restart": Command(RestartArgs, Reloaded | Restarted),  # (no agent) | (--agent)
     "instance.delete": Command(InstanceDeleteArgs, Deleted),
     "cancel": Command(CancelArgs, Cancelled),
+    "logs.flush": Command(LogsFlushArgs, Flushed),
     "approvals": Command(ApprovalsArgs, Approvals),
     "approve": Command(DecideArgs, Decided),
     "deny": Command(DecideArgs, Decided),
 }
-"""The commands of control.sock (`goondan status/stop/restart/instance delete/cancel`)."""
+"""The commands of control.sock (`goondan status/stop/restart/instance delete/cancel/logs`)."""
 AGENT_COMMANDS: Final[dict[str, Command]] = {
     "spawn": Command(SpawnArgs, Spawned),
     "list": Command(ListArgs, Listed),
@@ -492,6 +515,7 @@ AGENT_COMMANDS: Final[dict[str, Command]] = {
 DAEMON_COMMANDS: Final[dict[str, Command]] = {
     "instance.drop": Command(InstanceDropArgs, Dropped),
     "turn.cancel": Command(TurnCancelArgs, Cancelled),
+    "events.flush": Command(EventsFlushArgs, Flushed),
 }
 """What the orchestrator asks an agent process (`AgentCalls`)."""
 

@@ -258,6 +258,7 @@ class Daemon:
                 "restart": self._cmd_restart,
                 "instance.delete": self._cmd_instance_delete,
                 "cancel": self._cmd_cancel,
+                "logs.flush": self._cmd_logs_flush,
                 "approvals": self._cmd_approvals,
                 "approve": self._cmd_approve,
                 "deny": self._cmd_deny,
@@ -1001,6 +1002,17 @@ class Daemon:
         turns = await self._cancel(wire.TurnCancelArgs(args.instance_key, args.trace_id), names)
         self._log.info("cancel requested by the control socket", cancelled=len(turns))
         return wire.Cancelled(turns)
+
+    async def _cmd_logs_flush(self, args: wire.LogsFlushArgs) -> wire.Flushed:
+        """Every running agent writes the runtime events it holds (`goondan logs` asks before
+        it reads). An agent that does not answer in time is left out of the result."""
+        names = [name for name in self.agent_names if self.supervisor.is_ready(name)]
+        flush, wait_s = wire.control("events.flush"), args.wait_ms / 1000
+        replies = await asyncio.gather(
+            *(self.agent_calls.call(name, flush, wait_s) for name in names)
+        )
+        flushed = [n for n, reply in zip(names, replies, strict=True) if reply.ok]
+        return wire.Flushed(flushed)
 
     async def _cancel(
         self, args: wire.TurnCancelArgs, names: list[str]

@@ -27,6 +27,7 @@ def _decoded(lines: list[bytes]) -> Iterator[RuntimeEvent]:
             continue  # a line from a crashed writer, or not an event
 
 
+FLUSH_WAIT_MS = 2_000  # for each running agent to write the events it holds
 MIN_TRACE_PREFIX = 6  # hex digits of a trace id `--trace` needs to tell traces apart
 ARGS_WIDTH = 80  # characters of a tool call's arguments a readable line shows
 
@@ -44,6 +45,7 @@ def run_logs(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    _flush_running_agents(paths)
     sources: dict[Path, FileTail] = {}
     json_out = args.json or not sys.stdout.isatty()
 
@@ -99,6 +101,30 @@ def run_logs(args: argparse.Namespace) -> int:
                 _print(event, json_out)
     except KeyboardInterrupt:
         return 0
+
+
+def _flush_running_agents(paths: StatePaths) -> None:
+    """With an orchestrator running on the state root, its agents first write the runtime
+    events they hold (an agent writes them in batches, up to a second after a turn): then a
+    turn that has answered shows every event. Without one, or if it cannot, the files are read
+    as they are."""
+    from goondan.cli.client import ControlClient, NotRunning, daemon_running
+    from ipc import wire
+
+    if not daemon_running(paths):
+        return
+    try:
+        with ControlClient(paths) as client:
+            client.command(
+                "logs.flush", wire.LogsFlushArgs(FLUSH_WAIT_MS), FLUSH_WAIT_MS / 1000 + 3
+            )
+    except NotRunning:
+        return
+    except TimeoutError:
+        print(
+            "goondan: the orchestrator did not answer; its agents' latest events may be missing",
+            file=sys.stderr,
+        )
 
 
 def _wanted(event: RuntimeEvent, args: argparse.Namespace) -> bool:

@@ -434,8 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
         "logs",
         help="show runtime events (turns, steps, tool calls)",
         description="Show the runtime events of stored instances. Works with or without a "
-        "running daemon. The daemon's own log (start, stop, crashes; a detached daemon's "
-        "agents' output too) is another file, shown with --daemon: "
+        "running daemon; with one, its agents first write the events they hold (they write "
+        "them in batches, up to a second after a turn). The daemon's own log (start, stop, "
+        "crashes; a detached daemon's agents' output too) is another file, shown with --daemon: "
         "<state-root>/logs/daemon.log, JSON lines, rotated to daemon.log.1, .2, ...",
         formatter_class=HelpFormatter,
         epilog="prints: one readable line per event on a terminal; JSON lines on a pipe or "

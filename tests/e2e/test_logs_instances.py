@@ -46,6 +46,25 @@ def test_instance_list_and_delete(start_daemon, state_root):
     assert missing.returncode == 1 and "no stored instance 'nope'" in missing.stderr
 
 
+def test_logs_shows_the_turn_that_just_answered_to_its_end(start_daemon):
+    """Agents write their runtime events in batches, up to a second after a turn; `goondan
+    logs` has a running daemon's agents write what they hold before it reads, so a script
+    that sends and then reads the logs sees the whole request."""
+    daemon = start_daemon()
+    sent = daemon.send("What is 2 plus 3?", "--json")
+    assert sent.returncode == 0, sent.stderr
+    shown = daemon.cli("logs", "--json")
+    assert shown.returncode == 0, shown.stderr
+    turns = [json.loads(line) for line in shown.stdout.splitlines()]
+    ends = [(e["agentName"], e["type"]) for e in turns if e["type"].startswith("turn.")]
+    assert ends == [
+        ("assistant", "turn.started"),
+        ("researcher", "turn.started"),
+        ("researcher", "turn.completed"),
+        ("assistant", "turn.completed"),
+    ]
+
+
 def test_logs_merges_files_by_time_and_filters(state_root):
     paths = StatePaths.at(state_root)
     for agent, key, trace, kind, second, directory in [
