@@ -1,7 +1,9 @@
 """`goondan instance` and `goondan logs` over real state."""
 
 import json
+import os
 import queue
+import signal
 import subprocess
 import threading
 import time
@@ -63,6 +65,22 @@ def test_logs_shows_the_turn_that_just_answered_to_its_end(start_daemon):
         ("researcher", "turn.completed"),
         ("assistant", "turn.completed"),
     ]
+
+
+def test_logs_does_not_wait_long_for_a_stuck_agent(start_daemon):
+    """An agent that cannot answer (stopped here) is waited for 2 s: the orchestrator answers
+    `goondan logs` without it, and the other agents' events are written and shown."""
+    daemon = start_daemon()
+    assert daemon.send("What is 2 plus 3?").returncode == 0
+    researcher = next(p["pid"] for p in daemon.status()["processes"] if p["name"] == "researcher")
+    os.kill(researcher, signal.SIGSTOP)
+    try:
+        shown = daemon.cli("logs", "--json", "--agent", "assistant")
+    finally:
+        os.kill(researcher, signal.SIGCONT)
+    assert shown.returncode == 0, shown.stderr
+    assert "did not answer" not in shown.stderr  # the orchestrator answered without it
+    assert json.loads(shown.stdout.splitlines()[-1])["type"] == "turn.completed"
 
 
 def test_logs_merges_files_by_time_and_filters(state_root):
