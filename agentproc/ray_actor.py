@@ -5,7 +5,9 @@ The actor runs the same agent process as a local launch (`python -m agentproc`),
 the process dies with the actor (parent-death signal), and the actor with the orchestrator's
 Ray driver, which owns it. The agent connects back over the orchestrator's TLS listener. Its
 credential and TLS certificate come in the constructor's arguments and go to the child on
-inherited pipes, never in argv or the environment.
+inherited pipes, never in argv or the environment. The bundle comes as a zip archive through
+Ray's object store, unpacked once per node and per content (`unpacked_bundle`): the agent's
+`--bundle` and working directory.
 
 Imported by Ray on the node (this module must be installed there, as goondan is): no Ray import
 at the top, so the class is plain Python that `ray.remote` wraps on the driver.
@@ -13,11 +15,16 @@ at the top, so the class is plain Python that `ray.remote` wraps on the driver.
 
 from __future__ import annotations
 
+import io
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import zipfile
+from pathlib import Path
 from typing import Any
 
 
@@ -32,10 +39,12 @@ class AgentActor:
         argv: list[str],
         credential: bytes,
         tls_credentials: bytes,
-        bundle_from_working_dir: bool,
+        bundle_digest: str,
+        bundle_archive: bytes,
     ) -> None:
         """Start the agent process. `argv` is the agent's (its `--parent-pid` becomes ours);
-        `bundle_from_working_dir`: the bundle is Ray's runtime_env working_dir, our cwd."""
+        the bundle is `bundle_archive` (a zip, `orchestrator.ray_placement.pack_bundle`),
+        unpacked on this node once per `bundle_digest`, its sha256."""
         import goondan
 
         here = goondan.__version__
@@ -46,8 +55,8 @@ class AgentActor:
                 "every node"
             )
         argv = list(argv)
-        if bundle_from_working_dir:
-            argv[argv.index("--bundle") + 1] = os.getcwd()
+        bundle = unpacked_bundle(bundle_digest, bundle_archive)
+        argv[argv.index("--bundle") + 1] = str(bundle)
         argv[argv.index("--parent-pid") + 1] = str(os.getpid())  # it dies with this actor
         read_cred, write_cred = os.pipe()
         read_tls, write_tls = os.pipe()
@@ -70,6 +79,7 @@ class AgentActor:
                 ],  # fmt: skip
                 stdin=subprocess.DEVNULL,
                 pass_fds=(read_cred, read_tls),
+                cwd=bundle,
             )
         finally:
             os.close(read_cred)
@@ -94,3 +104,26 @@ class AgentActor:
     def signal(self, signum: int) -> None:
         if self._process.poll() is None:
             self._process.send_signal(signal.Signals(signum))
+
+
+def unpacked_bundle(digest: str, archive: bytes) -> Path:
+    """The bundle's directory on this node: `<tmp>/goondan-bundles/<digest>`, unpacked from
+    `archive` by the first actor that needs it (a rename makes it whole or absent, so actors
+    starting at once on one node never see half of it)."""
+    root = Path(tempfile.gettempdir()) / "goondan-bundles"
+    target = root / digest
+    if target.is_dir():
+        return target
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{digest}.", dir=root))
+    with zipfile.ZipFile(io.BytesIO(archive)) as unpacked:
+        unpacked.extractall(partial)
+        for entry in unpacked.infolist():  # zipfile drops the modes: a script stays runnable
+            mode = (entry.external_attr >> 16) & 0o777
+            if mode:
+                (partial / entry.filename).chmod(mode)
+    try:
+        partial.rename(target)
+    except OSError:  # another actor of this node was first: use its copy
+        shutil.rmtree(partial, ignore_errors=True)
+    return target

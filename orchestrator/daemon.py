@@ -23,6 +23,7 @@ import msgspec
 import structlog
 
 from goondan.bundle import Bundle, BundleInvalid
+from goondan.bundle.placement import PlacementError, ray_agents
 from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.files import replace_file
 from goondan.hardening import forbid_inspection
@@ -53,7 +54,7 @@ from orchestrator.watch import watch
 if TYPE_CHECKING:
     from orchestrator.metrics import AgentUsage, MetricsServer, RequestStats
     from orchestrator.otel_sdk import SpanExport
-    from orchestrator.ray_placement import RayPlacement
+    from orchestrator.ray_placement import PlacedLauncher, RayPlacement
     from orchestrator.studio.server import Studio
 
 # A journaled input delivered again after a restart that fails with one of these is delivered
@@ -132,6 +133,7 @@ class Daemon:
         self._requests: RequestStats | None = None  # each settled request, for /metrics
         self._metrics_server: MetricsServer | None = None
         self.placement: RayPlacement | None = None  # `run --placement ray`
+        self._placed: PlacedLauncher | None = None  # the launcher then
         # `run --studio`: its listening socket, bound by the CLI; the studio starts with us.
         self.studio_socket: socket.socket | None = None
         self.studio: Studio | None = None
@@ -200,7 +202,7 @@ class Daemon:
         if self.placement is not None:  # `--placement ray`: Ray is imported from here only
             from orchestrator.ray_placement import place
 
-            self.launcher = place(
+            self.launcher = self._placed = place(
                 self.launcher,
                 self.placement,
                 launch_spec,
@@ -527,6 +529,11 @@ class Daemon:
         except (LookupError, OSError) as exc:
             self._log.error("reload refused", error=str(exc))
             return wire.Reloaded(False, [], [], [], [str(exc)])
+        try:  # placed as at start: a local run refuses an agent that asks for Ray
+            on_ray = ray_agents(bundle, swarm, "local" if self.placement is None else "ray")
+        except PlacementError as exc:
+            self._log.error("reload refused", error=str(exc))
+            return wire.Reloaded(False, [], [], [], [str(exc)])
         if warnings:
             self._log.warning("reload: warnings", warnings=[w.render() for w in warnings])
         # Every process inherits the environment: new env-file values restart them all.
@@ -540,6 +547,8 @@ class Daemon:
         changed = [n for n in prints if n in old and (restart_all or prints[n] != old[n])]
         self.bundle, self.swarm, self._fingerprints = bundle, swarm, prints
         self.launcher.set_providers(bundle.model_providers())
+        if self._placed is not None:
+            self._placed.set_placement(on_ray)
         self.agent_names = list(bundle.swarm_agents(swarm))
         connections = swarm_connections(bundle, swarm)
         self.entry_agent = bundle.entry_agent(swarm)

@@ -8,7 +8,10 @@ redelivery as a local crash. The actors belong to this process's Ray driver: whe
 orchestrator dies, even by SIGKILL, Ray ends them.
 
 The agent connects back over TCP with mutual TLS (`ipc.tls`) to the listener `RayLauncher.start`
-opens on agents.sock's router. The bundle reaches the nodes as Ray's runtime_env working_dir.
+opens on agents.sock's router. The bundle reaches the nodes as a zip archive in Ray's object
+store (`pack_bundle`), packed again after each reload, so the agents a reload restarts read the
+new one; each node unpacks an archive once. (Ray's runtime_env working_dir cannot do this: it
+uploads a local directory only once, at `ray.init`.)
 The state root must be the same path on every node (a shared file system): that is where an
 agent's conversations, extension state and tool records live, so a re-placed agent finds them.
 
@@ -18,8 +21,12 @@ Ray is imported here only, and this module only in that mode.
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import hashlib
+import io
 import os
 import signal
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +34,17 @@ import msgspec
 import structlog
 
 from goondan.bundle import Bundle
-from goondan.bundle.model import AgentResources, AgentSpec, Resource
+from goondan.bundle.model import AgentResources, Resource
+from goondan.bundle.placement import ray_agents
 from ipc import tls
 from ipc.router_socket import RouterSocket
 from orchestrator.launcher import AgentLauncher, ChildProcess, LaunchSpec
 
 ADDRESS_ENV = "GOONDAN_RAY_ADDRESS"
 DEFAULT_LISTEN = "127.0.0.1:0"
-# Not shipped to the nodes with the bundle: what only this machine needs, or is large.
-WORKING_DIR_EXCLUDES = [".git", ".venv", "__pycache__", ".goondan", "*.sock"]
+# Not shipped to the nodes with the bundle: what only this machine needs, or is large (names
+# of directories, and patterns of file names).
+BUNDLE_EXCLUDES = [".git", ".venv", "__pycache__", ".goondan", "*.sock"]
 
 
 class RayPlacement(msgspec.Struct, frozen=True):
@@ -44,26 +53,6 @@ class RayPlacement(msgspec.Struct, frozen=True):
 
     address: str | None = None
     listen: str = DEFAULT_LISTEN
-
-
-class PlacementError(Exception):
-    pass
-
-
-def ray_agents(bundle: Bundle, swarm: Resource, mode: str) -> dict[str, AgentResources]:
-    """The swarm's agents placed on Ray in a run of `mode` ("local" or "ray"), with their
-    resources. Raises PlacementError for an agent that asks for Ray in a local run."""
-    placed: dict[str, AgentResources] = {}
-    for name, agent in bundle.swarm_agents(swarm).items():
-        spec: AgentSpec = agent.spec
-        where = spec.placement or mode
-        if where == "ray" and mode != "ray":
-            raise PlacementError(
-                f"agent '{name}' has `placement: ray`: run with --placement ray (and a cluster)"
-            )
-        if where == "ray":
-            placed[name] = spec.resources
-    return placed
 
 
 def actor_options(resources: AgentResources) -> dict[str, Any]:
@@ -139,6 +128,9 @@ class RayLauncher:
         self._authority: tls.Authority | None = None
         self._starting: asyncio.Future[None] | None = None
         self._actor_class: Any = None
+        # The bundle as the nodes get it: its archive's sha256 and the archive in Ray's object
+        # store (None: packed at the next launch, after a start or a reload).
+        self._packed: tuple[str, Any] | None = None
         self._log = structlog.get_logger().bind(component="ray")
 
     async def start(self) -> None:
@@ -158,16 +150,10 @@ class RayLauncher:
         self._authority = tls.Authority(self._tls_dir, host)
         bound = await self._router.listen_tls(host, int(port), self._authority.server_context())
         address = self.placement.address or os.environ.get(ADDRESS_ENV) or None
-        excludes = list(WORKING_DIR_EXCLUDES)
-        with_bundle = self.spec.bundle.is_dir()
-        if with_bundle and self.spec.state_root.is_relative_to(self.spec.bundle):
-            excludes.append("/" + str(self.spec.state_root.relative_to(self.spec.bundle)))
-        runtime_env = {"working_dir": str(self.spec.bundle), "excludes": excludes}
-        # ray.init blocks (it connects, uploads the bundle): in a thread, the loop serves on.
+        # ray.init blocks (it connects): in a thread, the loop serves on.
         await asyncio.to_thread(
             ray.init,
             address=address,
-            runtime_env=runtime_env if with_bundle else None,
             include_dashboard=False,
             configure_logging=False,
             ignore_reinit_error=True,  # a process that is a Ray driver already (a test)
@@ -198,12 +184,14 @@ class RayLauncher:
         spec = msgspec.structs.replace(self.spec, endpoint=self._endpoint)
         certificate = self._authority.issue_client(agent)  # this launch's, like the credential
         options = actor_options(self.resources.get(agent, AgentResources()))
+        digest, packed = await self._bundle()
         actor = self._actor_class.options(name=None, **options).remote(
             self._version,
             spec.argv(agent, 0),
             credential,
             msgspec.json.encode(certificate),
-            spec.bundle.is_dir(),
+            digest,
+            packed,
         )
         import ray
 
@@ -219,11 +207,42 @@ class RayLauncher:
         self._log.info("agent placed", agent=agent, node=node, pid=info["pid"])
         return RayChild(actor, int(info["pid"]), node)
 
+    def bundle_changed(self) -> None:
+        """A reload: the launches from now on ship the bundle as it is then."""
+        self._packed = None
+
+    async def _bundle(self) -> tuple[str, Any]:
+        """The bundle's archive for an actor: its sha256, and a reference to it in Ray's
+        object store, which each node fetches once (the actor unpacks it once per node)."""
+        if self._packed is None:
+            import ray
+
+            data = await asyncio.to_thread(pack_bundle, self.spec.bundle, self.spec.state_root)
+            self._packed = hashlib.sha256(data).hexdigest(), ray.put(data)
+        return self._packed
+
     async def aclose(self) -> None:
         if self._starting is not None and self._starting.done():
             import ray
 
             ray.shutdown()
+
+
+def pack_bundle(bundle: Path, state_root: Path) -> bytes:
+    """The bundle directory as a zip archive, in a stable order: what its agents read (the
+    YAML, the tools' code, their data), without `BUNDLE_EXCLUDES` nor the state root."""
+    skip_dirs = {name for name in BUNDLE_EXCLUDES if "*" not in name}
+    skip_files = [name for name in BUNDLE_EXCLUDES if "*" in name]
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for directory, dirs, files in os.walk(bundle):
+            here = Path(directory)
+            dirs[:] = sorted(d for d in dirs if d not in skip_dirs and here / d != state_root)
+            for name in sorted(files):
+                path = here / name
+                if path.is_file() and not any(fnmatch.fnmatch(name, p) for p in skip_files):
+                    archive.write(path, path.relative_to(bundle).as_posix())
+    return out.getvalue()
 
 
 def _start_failure(exc: BaseException) -> str:
@@ -252,6 +271,13 @@ class PlacedLauncher:
 
     def set_providers(self, providers: tuple[str, ...]) -> None:
         self.local.set_providers(providers)
+
+    def set_placement(self, resources: dict[str, AgentResources]) -> None:
+        """A reload: the Ray-placed agents and their resources as the bundle has them now
+        (`ray_agents`), and the bundle itself, for their next launches; an agent whose spec
+        changed is restarted by the reload."""
+        self.ray.resources = resources
+        self.ray.bundle_changed()
 
     async def launch(self, agent: str, credential: bytes) -> ChildProcess:
         if agent in self.ray.resources:

@@ -163,15 +163,9 @@ def _serve(
 
 def _placement(args: argparse.Namespace, daemon: Daemon) -> str | None:
     """Sets the daemon's Ray placement for `--placement ray`; the reason it cannot run, or None."""
-    mode = getattr(args, "placement", "local")
-    asks_ray = any(
-        getattr(agent.spec, "placement", None) == "ray"
-        for agent in daemon.bundle.swarm_agents(daemon.swarm).values()
-    )
-    if mode != "ray" and not asks_ray and not (args.listen or args.ray_address):
-        return None  # a local run: the placement module is not even imported
-    from orchestrator.ray_placement import PlacementError, RayPlacement, ray_agents
+    from goondan.bundle.placement import PlacementError, ray_agents
 
+    mode = getattr(args, "placement", "local")
     try:
         ray_agents(daemon.bundle, daemon.swarm, mode)
     except PlacementError as exc:
@@ -179,7 +173,9 @@ def _placement(args: argparse.Namespace, daemon: Daemon) -> str | None:
     if mode != "ray":
         if args.listen or args.ray_address:
             return "--listen and --ray-address are for --placement ray"
-        return None
+        return None  # a local run: the Ray placement module is not even imported
+    from orchestrator.ray_placement import RayPlacement
+
     listen = args.listen or RayPlacement().listen
     host, sep, port = listen.rpartition(":")
     if not sep or not host or not port.isdigit():

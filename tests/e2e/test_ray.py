@@ -291,6 +291,51 @@ def test_agents_on_a_two_node_cluster(cluster, tmp_path, state_root):
         daemon.stop()
 
 
+def test_a_reload_places_agents_as_the_bundle_now_says(cluster, tmp_path, state_root):
+    """A reload reads each agent's placement and resources again: the worker, local at start,
+    goes to node_b once the bundle says `placement: ray`, and an agent the reload adds is
+    placed on Ray, the default of a `--placement ray` run."""
+    local = BUNDLE.replace(
+        "placement: ray\n  resources: {cpus: 0, custom: {node_b: 1}}", "placement: local"
+    )
+    assert local != BUNDLE
+    bundle = write_bundle(tmp_path / "b", local, {"slow.py": SLOW_TOOL})
+    wait_for(node_b_free, timeout=60)
+    daemon = RayDaemon(bundle, state_root, cluster.address, free_port())
+    try:
+        assert daemon.cli("send", "work", "--agent", "worker").returncode == 0
+        assert "node" not in daemon.process("worker")  # a local child
+
+        added = """
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: helper}
+spec:
+  resources: {cpus: 0}
+  modelConfig: {modelRef: Model/worker-script}
+  tools:
+    - ref: Tool/slow
+"""
+        text = BUNDLE.replace(
+            "    - ref: Agent/worker\n", "    - ref: Agent/worker\n    - ref: Agent/helper\n"
+        )
+        (bundle / "goondan.yaml").write_text(text + added)
+        proc = daemon.cli("restart")
+        assert proc.returncode == 0, proc.stderr + daemon.logs()
+        for agent in ("worker", "helper"):
+            sent = daemon.cli("send", "work", "--agent", agent, "--instance", agent)
+            assert sent.returncode == 0 and sent.stdout.strip() == "attempt 1", sent.stderr
+            placed = daemon.process(agent)
+            assert placed["node"] and "127.0.0.1" in placed["node"], placed
+        assert not node_b_free()  # the worker's actor holds node_b, as its resources say
+        daemon.proc.terminate()
+        assert daemon.proc.wait(60) == 0, daemon.logs()
+        wait_for(node_b_free, timeout=30)
+    finally:
+        daemon.stop()
+
+
 def refused_plain(port: int) -> None:
     """A ZMTP peer over plain TCP: the TLS listener never answers with a greeting."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:

@@ -57,6 +57,25 @@ def test_a_broken_bundle_is_refused_and_the_swarm_keeps_running(start_daemon, bu
     assert daemon.send("What is 2 plus 2?").returncode == 0
 
 
+def test_a_reload_that_asks_for_ray_in_a_local_run_is_refused(start_daemon, bundle):
+    """As at start: an agent with `placement: ray` cannot run in a local run, so the reload
+    that gives it one is refused, not run on this machine against what the bundle says."""
+    daemon = start_daemon(bundle)
+    assert daemon.send("What is 1 plus 2?").returncode == 0
+    before = pids(daemon)
+    edit(
+        bundle / "goondan.yaml",
+        'modelRef: "Model/researcher-script"',
+        'modelRef: "Model/researcher-script"\n  placement: ray',
+    )
+    proc = daemon.cli("restart")
+    assert proc.returncode == 1
+    assert "restart refused" in proc.stderr
+    assert "agent 'researcher' has `placement: ray`: run with --placement ray" in proc.stderr
+    assert pids(daemon) == before
+    assert daemon.send("What is 2 plus 2?").returncode == 0
+
+
 def test_restart_without_changes_restarts_nothing(start_daemon, bundle):
     daemon = start_daemon(bundle)
     daemon.send("What is 1 plus 2?")

@@ -1,0 +1,52 @@
+"""How a Ray-placed agent gets its bundle: packed by the orchestrator (`pack_bundle`), unpacked
+once per node and content by the actor (`unpacked_bundle`). No Ray needed for either."""
+
+import hashlib
+import io
+import zipfile
+
+from agentproc.ray_actor import unpacked_bundle
+from orchestrator.ray_placement import pack_bundle
+
+
+def test_the_archive_holds_what_agents_read_and_nothing_of_this_machine(tmp_path):
+    bundle = tmp_path / "b"
+    (bundle / "tools").mkdir(parents=True)
+    (bundle / "goondan.yaml").write_text("kind: Swarm\n")
+    (bundle / "tools" / "calc.py").write_text("handlers = {}\n")
+    (bundle / "data.json").write_text("{}")
+    for left_out in (".venv/bin", ".git", "tools/__pycache__", "state/run"):
+        (bundle / left_out).mkdir(parents=True)
+        (bundle / left_out / "x").write_text("not shipped")
+    (bundle / "agents.sock").write_text("")
+    names = zipfile.ZipFile(io.BytesIO(pack_bundle(bundle, bundle / "state"))).namelist()
+    assert names == ["data.json", "goondan.yaml", "tools/calc.py"]
+    # The same files give the same archive: a reload that changed nothing ships nothing new.
+    assert pack_bundle(bundle, bundle / "state") == pack_bundle(bundle, bundle / "state")
+
+
+def test_a_node_unpacks_each_bundle_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "goondan.yaml").write_text("version: 1\n")
+    (bundle / "server.sh").write_text("#!/bin/sh\n")  # an MCP server's command, say
+    (bundle / "server.sh").chmod(0o755)
+    archive = pack_bundle(bundle, tmp_path / "state")
+    digest = hashlib.sha256(archive).hexdigest()
+    first = unpacked_bundle(digest, archive)
+    assert (first / "goondan.yaml").read_text() == "version: 1\n"
+    assert (first / "server.sh").stat().st_mode & 0o777 == 0o755
+    (first / "goondan.yaml").write_text("changed on the node")
+    assert unpacked_bundle(digest, archive) == first  # not unpacked again
+    assert (first / "goondan.yaml").read_text() == "changed on the node"
+    (bundle / "goondan.yaml").write_text("version: 2\n")  # a reload's new bundle
+    archive = pack_bundle(bundle, tmp_path / "state")
+    second = unpacked_bundle(hashlib.sha256(archive).hexdigest(), archive)
+    assert second != first and (second / "goondan.yaml").read_text() == "version: 2\n"
+    assert sorted(p.name for p in (tmp_path / "goondan-bundles").iterdir()) == sorted(
+        [first.name, second.name]
+    )
