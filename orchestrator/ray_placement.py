@@ -234,10 +234,18 @@ def pack_bundle(bundle: Path, state_root: Path) -> bytes:
     skip_dirs = {name for name in BUNDLE_EXCLUDES if "*" not in name}
     skip_files = [name for name in BUNDLE_EXCLUDES if "*" in name]
     out = io.BytesIO()
+    seen: set[str] = set()  # directories followed through links, each once (no loops)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for directory, dirs, files in os.walk(bundle):
+        for directory, dirs, files in os.walk(bundle, followlinks=True):
             here = Path(directory)
-            dirs[:] = sorted(d for d in dirs if d not in skip_dirs and here / d != state_root)
+            seen.add(os.path.realpath(here))
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if d not in skip_dirs
+                and here / d != state_root
+                and os.path.realpath(here / d) not in seen
+            )
             for name in sorted(files):
                 path = here / name
                 if path.is_file() and not any(fnmatch.fnmatch(name, p) for p in skip_files):

@@ -19,8 +19,13 @@ def test_the_archive_holds_what_agents_read_and_nothing_of_this_machine(tmp_path
         (bundle / left_out).mkdir(parents=True)
         (bundle / left_out / "x").write_text("not shipped")
     (bundle / "agents.sock").write_text("")
+    shared = tmp_path / "shared-tools"  # a directory linked in, as the agents see it
+    shared.mkdir()
+    (shared / "search.py").write_text("handlers = {}\n")
+    (bundle / "more").symlink_to(shared)
+    (shared / "loop").symlink_to(bundle)  # a link back up is followed once, not forever
     names = zipfile.ZipFile(io.BytesIO(pack_bundle(bundle, bundle / "state"))).namelist()
-    assert names == ["data.json", "goondan.yaml", "tools/calc.py"]
+    assert names == ["data.json", "goondan.yaml", "more/search.py", "tools/calc.py"]
     # The same files give the same archive: a reload that changed nothing ships nothing new.
     assert pack_bundle(bundle, bundle / "state") == pack_bundle(bundle, bundle / "state")
 
