@@ -230,25 +230,48 @@ class RayLauncher:
 
 def pack_bundle(bundle: Path, state_root: Path) -> bytes:
     """The bundle directory as a zip archive, in a stable order: what its agents read (the
-    YAML, the tools' code, their data), without `BUNDLE_EXCLUDES` nor the state root."""
+    YAML, the tools' code, their data), without `BUNDLE_EXCLUDES`, the state root, or what a
+    `.gitignore` or `.rayignore` in the bundle leaves out (as Ray's working_dir did: an
+    ignored `.env` or data set stays on this machine)."""
+    import pathspec
+
     skip_dirs = {name for name in BUNDLE_EXCLUDES if "*" not in name}
     skip_files = [name for name in BUNDLE_EXCLUDES if "*" in name]
+    ignores: list[tuple[Path, pathspec.GitIgnoreSpec]] = []  # each from its file's directory
+
+    def kept(path: Path, is_dir: bool) -> bool:
+        for base, spec in ignores:
+            if path.is_relative_to(base):
+                relative = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+                if spec.match_file(relative):
+                    return False
+        return True
+
     out = io.BytesIO()
     seen: set[str] = set()  # directories followed through links, each once (no loops)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for directory, dirs, files in os.walk(bundle, followlinks=True):
             here = Path(directory)
             seen.add(os.path.realpath(here))
+            for ignore_file in (here / ".gitignore", here / ".rayignore"):
+                if ignore_file.is_file():
+                    lines = ignore_file.read_text(encoding="utf-8", errors="replace")
+                    ignores.append((here, pathspec.GitIgnoreSpec.from_lines(lines.splitlines())))
             dirs[:] = sorted(
                 d
                 for d in dirs
                 if d not in skip_dirs
                 and here / d != state_root
                 and os.path.realpath(here / d) not in seen
+                and kept(here / d, True)
             )
             for name in sorted(files):
                 path = here / name
-                if path.is_file() and not any(fnmatch.fnmatch(name, p) for p in skip_files):
+                if (
+                    path.is_file()
+                    and not any(fnmatch.fnmatch(name, p) for p in skip_files)
+                    and kept(path, False)
+                ):
                     archive.write(path, path.relative_to(bundle).as_posix())
     return out.getvalue()
 

@@ -26,6 +26,32 @@ def test_the_archive_holds_what_agents_read_and_nothing_of_this_machine(tmp_path
     (shared / "loop").symlink_to(bundle)  # a link back up is followed once, not forever
     names = zipfile.ZipFile(io.BytesIO(pack_bundle(bundle, bundle / "state"))).namelist()
     assert names == ["data.json", "goondan.yaml", "more/search.py", "tools/calc.py"]
+
+
+def test_what_the_bundles_gitignore_leaves_out_stays_here(tmp_path):
+    """As Ray's working_dir did: a `.gitignore` (or `.rayignore`), at the top or deeper, keeps
+    its files off the nodes: an `.env` with keys, a data set, a tool's local secrets."""
+    bundle = tmp_path / "b"
+    (bundle / "tools").mkdir(parents=True)
+    (bundle / "big").mkdir()
+    (bundle / "goondan.yaml").write_text("kind: Swarm\n")
+    (bundle / ".gitignore").write_text(".env\nbig/\n*.log\n")
+    (bundle / ".env").write_text("OPENAI_API_KEY=sk-secret\n")
+    (bundle / "run.log").write_text("")
+    (bundle / "big" / "corpus.txt").write_text("x")
+    (bundle / "tools" / ".rayignore").write_text("keys.py\n")
+    (bundle / "tools" / "keys.py").write_text("KEY = 1\n")
+    (bundle / "tools" / "calc.py").write_text("handlers = {}\n")
+    (bundle / "zz").mkdir()  # walked after `tools/`, whose ignore file is not its
+    (bundle / "zz" / "keys.py").write_text("KEY = 2\n")
+    names = zipfile.ZipFile(io.BytesIO(pack_bundle(bundle, tmp_path / "state"))).namelist()
+    assert names == [
+        ".gitignore",
+        "goondan.yaml",
+        "tools/.rayignore",
+        "tools/calc.py",
+        "zz/keys.py",
+    ]
     # The same files give the same archive: a reload that changed nothing ships nothing new.
     assert pack_bundle(bundle, bundle / "state") == pack_bundle(bundle, bundle / "state")
 
