@@ -39,12 +39,14 @@ class AgentActor:
         argv: list[str],
         credential: bytes,
         tls_credentials: bytes,
+        environment: dict[str, str],
         bundle_digest: str,
         bundle_archive: bytes,
     ) -> None:
         """Start the agent process. `argv` is the agent's (its `--parent-pid` becomes ours);
-        the bundle is `bundle_archive` (a zip, `orchestrator.ray_placement.pack_bundle`),
-        unpacked on this node once per `bundle_digest`, its sha256."""
+        `environment` is set over this node's (the orchestrator's env files); the bundle is
+        `bundle_archive` (a zip, `orchestrator.ray_placement.pack_bundle`), unpacked on this
+        node once per `bundle_digest`, its sha256."""
         import goondan
 
         here = goondan.__version__
@@ -80,6 +82,7 @@ class AgentActor:
                 stdin=subprocess.DEVNULL,
                 pass_fds=(read_cred, read_tls),
                 cwd=bundle,
+                env={**os.environ, **environment},
             )
         finally:
             os.close(read_cred)

@@ -210,6 +210,7 @@ class Daemon:
                 self.swarm,
                 self.agents,
                 self.paths.root / "tls",
+                self._env_files_values,
             )
         connections = swarm_connections(self.bundle, self.swarm)
         # Reloads, control commands, the template's start and the bundle watch; `_shutdown`
@@ -568,6 +569,13 @@ class Daemon:
         _freeze_long_lived()
         self._log.info("bundle reloaded", restarted=changed, added=added, removed=removed)
         return result
+
+    def _env_files_values(self) -> dict[str, str]:
+        """The variables the env files set, with the values in effect here (the process
+        environment wins over the files, as for local agents): what a Ray-placed agent gets
+        over its node's environment. The rest of this environment is this machine's."""
+        names = self.env_files.layer.values if self.env_files is not None else {}
+        return {name: os.environ[name] for name in names if name in os.environ}
 
     async def restart_agent(self, name: str, *, fresh: bool = False) -> None:
         """Drain and stop the agent's process, then start it again if it was running or has

@@ -27,6 +27,7 @@ import io
 import os
 import signal
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +117,13 @@ class RayLauncher:
         tls_dir: Path,
         *,
         version: str | None = None,
+        environment: Callable[[], dict[str, str]] = dict,
     ) -> None:
-        """`version`: the goondan version nodes must have (default: this one's)."""
+        """`version`: the goondan version nodes must have (default: this one's).
+        `environment()`: the variables each launch sets in the agent's environment on its
+        node, over the node's own (the orchestrator's env files')."""
         self.spec = spec
+        self._environment = environment
         self.placement = placement
         self.resources = resources
         self._router = router
@@ -190,6 +195,7 @@ class RayLauncher:
             spec.argv(agent, 0),
             credential,
             msgspec.json.encode(certificate),
+            self._environment(),
             digest,
             packed,
         )
@@ -328,7 +334,9 @@ def place(
     swarm: Resource,
     router: RouterSocket,
     tls_dir: Path,
+    environment: Callable[[], dict[str, str]],
 ) -> PlacedLauncher:
-    """The daemon's launcher for a `--placement ray` run."""
+    """The daemon's launcher for a `--placement ray` run (`environment`: as `RayLauncher`)."""
     resources = ray_agents(bundle, swarm, "ray")
-    return PlacedLauncher(local, RayLauncher(spec, placement, resources, router, tls_dir))
+    ray = RayLauncher(spec, placement, resources, router, tls_dir, environment=environment)
+    return PlacedLauncher(local, ray)

@@ -293,34 +293,29 @@ def test_agents_on_a_two_node_cluster(cluster, tmp_path, state_root):
 
 def test_a_reload_places_agents_as_the_bundle_now_says(cluster, tmp_path, state_root):
     """A reload reads each agent's placement and resources again: the worker, local at start,
-    goes to node_b once the bundle says `placement: ray`, and an agent the reload adds is
-    placed on Ray, the default of a `--placement ray` run."""
+    goes to node_b once the bundle says `placement: ray`, and an agent the reload adds (from
+    the new bundle, which reaches the nodes) is placed on Ray, the default of a `--placement
+    ray` run, with the env file's variables in its environment."""
     local = BUNDLE.replace(
         "placement: ray\n  resources: {cpus: 0, custom: {node_b: 1}}", "placement: local"
     )
     assert local != BUNDLE
-    bundle = write_bundle(tmp_path / "b", local, {"slow.py": SLOW_TOOL})
+    bundle = write_bundle(
+        tmp_path / "b",
+        local,
+        {"slow.py": SLOW_TOOL, ".env": "GOONDAN_TEST_GREETING=hello from .env\n"},
+    )
     wait_for(node_b_free, timeout=60)
     daemon = RayDaemon(bundle, state_root, cluster.address, free_port())
     try:
         assert daemon.cli("send", "work", "--agent", "worker").returncode == 0
         assert "node" not in daemon.process("worker")  # a local child
 
-        added = """
----
-apiVersion: goondan.ai/v1
-kind: Agent
-metadata: {name: helper}
-spec:
-  resources: {cpus: 0}
-  modelConfig: {modelRef: Model/worker-script}
-  tools:
-    - ref: Tool/slow
-"""
         text = BUNDLE.replace(
             "    - ref: Agent/worker\n", "    - ref: Agent/worker\n    - ref: Agent/helper\n"
         )
-        (bundle / "goondan.yaml").write_text(text + added)
+        (bundle / "goondan.yaml").write_text(text + HELPER)
+        (bundle / "envget.py").write_text(ENV_TOOL)
         proc = daemon.cli("restart")
         assert proc.returncode == 0, proc.stderr + daemon.logs()
         for agent in ("worker", "helper"):
@@ -329,11 +324,69 @@ spec:
             placed = daemon.process(agent)
             assert placed["node"] and "127.0.0.1" in placed["node"], placed
         assert not node_b_free()  # the worker's actor holds node_b, as its resources say
+        # The bundle's env file reaches the agent on its node (this test's nodes share the
+        # test's environment, which does not have the variable).
+        assert "GOONDAN_TEST_GREETING" not in os.environ
+        sent = daemon.cli("send", "env GOONDAN_TEST_GREETING", "--agent", "helper")
+        assert sent.returncode == 0 and sent.stdout.strip() == "hello from .env", sent.stderr
         daemon.proc.terminate()
         assert daemon.proc.wait(60) == 0, daemon.logs()
         wait_for(node_b_free, timeout=30)
     finally:
         daemon.stop()
+
+
+# An agent a reload adds, with a tool that reads its process's environment.
+HELPER = r"""
+---
+apiVersion: goondan.ai/v1
+kind: Model
+metadata: {name: helper-script}
+spec:
+  provider: scripted
+  model: s
+  options:
+    rules:
+      - when: 'env (\w+)'
+        steps:
+          - call: envget__read
+            args: {name: "{{match.1}}"}
+          - reply: "{{result.value}}"
+      - when: "work"
+        steps:
+          - call: slow__run
+            args: {}
+          - reply: "attempt {{result.attempt}}"
+---
+apiVersion: goondan.ai/v1
+kind: Tool
+metadata: {name: envget}
+spec:
+  entry: ./envget.py
+  exports:
+    - name: read
+      description: One variable of the agent process's environment.
+      parameters: {type: object, properties: {name: {type: string}}, required: [name]}
+---
+apiVersion: goondan.ai/v1
+kind: Agent
+metadata: {name: helper}
+spec:
+  resources: {cpus: 0}
+  modelConfig: {modelRef: Model/helper-script}
+  tools:
+    - ref: Tool/slow
+    - ref: Tool/envget
+"""
+
+ENV_TOOL = """\
+import os
+
+def read(ctx, args):
+    return {"value": os.environ.get(args["name"], "(not set)")}
+
+handlers = {"read": read}
+"""
 
 
 def refused_plain(port: int) -> None:
