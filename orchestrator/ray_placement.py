@@ -46,6 +46,8 @@ DEFAULT_LISTEN = "127.0.0.1:0"
 # Not shipped to the nodes with the bundle: what only this machine needs, or is large (names
 # of directories, and patterns of file names).
 BUNDLE_EXCLUDES = [".git", ".venv", "__pycache__", ".goondan", "*.sock"]
+MiB = 1024 * 1024
+MAX_BUNDLE_BYTES = 512 * MiB  # as Ray's working_dir allowed (its gRPC message limit)
 
 
 class RayPlacement(msgspec.Struct, frozen=True):
@@ -234,11 +236,16 @@ class RayLauncher:
             ray.shutdown()
 
 
-def pack_bundle(bundle: Path, state_root: Path) -> bytes:
+class BundleTooLarge(OSError):
+    """The bundle's files add up to more than the nodes are sent (`MAX_BUNDLE_BYTES`)."""
+
+
+def pack_bundle(bundle: Path, state_root: Path, limit: int = MAX_BUNDLE_BYTES) -> bytes:
     """The bundle directory as a zip archive, in a stable order: what its agents read (the
     YAML, the tools' code, their data), without `BUNDLE_EXCLUDES`, the state root, or what a
     `.gitignore` or `.rayignore` in the bundle leaves out (as Ray's working_dir did: an
-    ignored `.env` or data set stays on this machine)."""
+    ignored `.env` or data set stays on this machine). Raises `BundleTooLarge` past `limit`
+    bytes of files."""
     import pathspec
 
     skip_dirs = {name for name in BUNDLE_EXCLUDES if "*" not in name}
@@ -254,6 +261,8 @@ def pack_bundle(bundle: Path, state_root: Path) -> bytes:
         return True
 
     out = io.BytesIO()
+    total = 0
+    sizes: list[tuple[int, str]] = []
     seen: set[str] = set()  # directories followed through links, each once (no loops)
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for directory, dirs, files in os.walk(bundle, followlinks=True):
@@ -278,8 +287,23 @@ def pack_bundle(bundle: Path, state_root: Path) -> bytes:
                     and not any(fnmatch.fnmatch(name, p) for p in skip_files)
                     and kept(path, False)
                 ):
-                    archive.write(path, path.relative_to(bundle).as_posix())
+                    relative = path.relative_to(bundle).as_posix()
+                    size = path.stat().st_size
+                    total += size
+                    sizes.append((size, relative))
+                    if total > limit:
+                        raise BundleTooLarge(_too_large(total, limit, sizes))
+                    archive.write(path, relative)
     return out.getvalue()
+
+
+def _too_large(total: int, limit: int, sizes: list[tuple[int, str]]) -> str:
+    largest = ", ".join(f"{name} {size / MiB:.0f} MiB" for size, name in sorted(sizes)[-3:][::-1])
+    return (
+        f"the bundle has more than {limit / MiB:.0f} MiB of files to send to the Ray nodes "
+        f"({total / MiB:.0f} MiB so far; the largest: {largest}): leave large files out with a "
+        ".gitignore or .rayignore in the bundle"
+    )
 
 
 def _start_failure(exc: BaseException) -> str:

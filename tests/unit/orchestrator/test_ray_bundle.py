@@ -5,8 +5,10 @@ import hashlib
 import io
 import zipfile
 
+import pytest
+
 from agentproc.ray_actor import unpacked_bundle
-from orchestrator.ray_placement import pack_bundle
+from orchestrator.ray_placement import BundleTooLarge, pack_bundle
 
 
 def test_the_archive_holds_what_agents_read_and_nothing_of_this_machine(tmp_path):
@@ -81,3 +83,17 @@ def test_a_node_unpacks_each_bundle_once(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "goondan-bundles").iterdir()) == sorted(
         [first.name, second.name]
     )
+
+
+def test_a_bundle_too_large_to_send_says_which_files_to_leave_out(tmp_path):
+    bundle = tmp_path / "b"
+    (bundle / "data").mkdir(parents=True)
+    (bundle / "goondan.yaml").write_text("kind: Swarm\n")
+    (bundle / "data" / "corpus.bin").write_bytes(b"x" * 3 * 1024 * 1024)
+    with pytest.raises(BundleTooLarge) as raised:
+        pack_bundle(bundle, tmp_path / "state", limit=2 * 1024 * 1024)
+    assert "more than 2 MiB of files to send to the Ray nodes" in str(raised.value)
+    assert "the largest: data/corpus.bin 3 MiB" in str(raised.value)
+    assert ".gitignore or .rayignore" in str(raised.value)
+    (bundle / ".rayignore").write_text("data/\n")  # as the message says
+    assert pack_bundle(bundle, tmp_path / "state", limit=2 * 1024 * 1024)
