@@ -110,14 +110,22 @@ class AgentActor:
 
 
 def unpacked_bundle(digest: str, archive: bytes) -> Path:
-    """The bundle's directory on this node: `<tmp>/goondan-bundles/<digest>`, unpacked from
-    `archive` by the first actor that needs it (a rename makes it whole or absent, so actors
-    starting at once on one node never see half of it)."""
-    root = Path(tempfile.gettempdir()) / "goondan-bundles"
+    """The bundle's directory on this node: `<tmp>/goondan-bundles-<uid>/<digest>`, unpacked
+    from `archive` by the first actor that needs it (a rename makes it whole or absent, so
+    actors starting at once on one node never see half of it). The directory must be this
+    user's alone: in a shared temporary directory anyone could otherwise put a bundle of
+    their own, tools included, where ours is looked for."""
+    root = Path(tempfile.gettempdir()) / f"goondan-bundles-{os.getuid()}"
+    root.mkdir(mode=0o700, exist_ok=True)
+    status = root.lstat()
+    if root.is_symlink() or status.st_uid != os.getuid() or status.st_mode & 0o077:
+        raise PermissionError(
+            f"{root} is not this user's alone (a link, another owner, or open to others): "
+            "refusing to run a bundle from it"
+        )
     target = root / digest
     if target.is_dir():
         return target
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f"{digest}.", dir=root))
     with zipfile.ZipFile(io.BytesIO(archive)) as unpacked:
         unpacked.extractall(partial)

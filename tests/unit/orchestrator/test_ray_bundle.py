@@ -80,9 +80,24 @@ def test_a_node_unpacks_each_bundle_once(tmp_path, monkeypatch):
     archive = pack_bundle(bundle, tmp_path / "state")
     second = unpacked_bundle(hashlib.sha256(archive).hexdigest(), archive)
     assert second != first and (second / "goondan.yaml").read_text() == "version: 2\n"
-    assert sorted(p.name for p in (tmp_path / "goondan-bundles").iterdir()) == sorted(
-        [first.name, second.name]
-    )
+    assert sorted(p.name for p in first.parent.iterdir()) == sorted([first.name, second.name])
+
+
+def test_a_node_runs_no_bundle_from_a_directory_others_can_write(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    shared = tmp_path / f"goondan-bundles-{os.getuid()}"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)  # as another user could have made it, waiting for our digest
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "goondan.yaml").write_text("version: 1\n")
+    archive = pack_bundle(bundle, tmp_path / "state")
+    with pytest.raises(PermissionError, match="not this user's alone"):
+        unpacked_bundle(hashlib.sha256(archive).hexdigest(), archive)
 
 
 def test_a_bundle_too_large_to_send_says_which_files_to_leave_out(tmp_path):
