@@ -23,6 +23,7 @@ import msgspec
 import structlog
 
 from goondan.bundle import Bundle, BundleInvalid
+from goondan.bundle.env_needs import env_needs
 from goondan.bundle.placement import PlacementError, ray_agents
 from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.files import replace_file
@@ -210,7 +211,7 @@ class Daemon:
                 self.swarm,
                 self.agents,
                 self.paths.root / "tls",
-                self._env_files_values,
+                self._ray_environment,
             )
         connections = swarm_connections(self.bundle, self.swarm)
         # Reloads, control commands, the template's start and the bundle watch; `_shutdown`
@@ -570,12 +571,14 @@ class Daemon:
         self._log.info("bundle reloaded", restarted=changed, added=added, removed=removed)
         return result
 
-    def _env_files_values(self) -> dict[str, str]:
-        """The variables the env files set, with the values in effect here (the process
-        environment wins over the files, as for local agents): what a Ray-placed agent gets
-        over its node's environment. The rest of this environment is this machine's."""
-        names = self.env_files.layer.values if self.env_files is not None else {}
-        return {name: os.environ[name] for name in names if name in os.environ}
+    def _ray_environment(self) -> dict[str, str]:
+        """What a Ray-placed agent gets over its node's environment: the variables the env
+        files set and those the bundle reads (`env_needs`: its Models' keys...), with the
+        values in effect here (the process environment wins over the files, as for local
+        agents). The rest of this environment is this machine's."""
+        names = set(self.env_files.layer.values) if self.env_files is not None else set()
+        names.update(name for need in env_needs(self.bundle) for name in need.names)
+        return {name: os.environ[name] for name in sorted(names) if name in os.environ}
 
     async def restart_agent(self, name: str, *, fresh: bool = False) -> None:
         """Drain and stop the agent's process, then start it again if it was running or has

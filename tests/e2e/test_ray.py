@@ -155,7 +155,14 @@ def free_port() -> int:
 
 
 class RayDaemon:
-    def __init__(self, bundle: Path, state_root: Path, address: str, port: int) -> None:
+    def __init__(
+        self,
+        bundle: Path,
+        state_root: Path,
+        address: str,
+        port: int,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.state_root = state_root
         self.port = port
         self.stderr_path = state_root.parent / f"{state_root.name}.stderr"
@@ -176,7 +183,7 @@ class RayDaemon:
             ],  # fmt: skip
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
-            env={**os.environ, **RAY_ENV},
+            env={**os.environ, **RAY_ENV, **(env or {})},
         )
         ready = state_root / "run" / "orchestrator.json"
         wait_for(lambda: self.proc.poll() is not None or ready.exists(), timeout=120)
@@ -306,7 +313,11 @@ def test_a_reload_places_agents_as_the_bundle_now_says(cluster, tmp_path, state_
         {"slow.py": SLOW_TOOL, ".env": "GOONDAN_TEST_GREETING=hello from .env\n"},
     )
     wait_for(node_b_free, timeout=60)
-    daemon = RayDaemon(bundle, state_root, cluster.address, free_port())
+    exported = {  # the orchestrator's environment, not the nodes'
+        "GOONDAN_TEST_EXPORTED": "exported to the orchestrator",
+        "GOONDAN_TEST_UNNAMED": "the bundle does not read it",
+    }
+    daemon = RayDaemon(bundle, state_root, cluster.address, free_port(), env=exported)
     try:
         assert daemon.cli("send", "work", "--agent", "worker").returncode == 0
         assert "node" not in daemon.process("worker")  # a local child
@@ -324,11 +335,17 @@ def test_a_reload_places_agents_as_the_bundle_now_says(cluster, tmp_path, state_
             placed = daemon.process(agent)
             assert placed["node"] and "127.0.0.1" in placed["node"], placed
         assert not node_b_free()  # the worker's actor holds node_b, as its resources say
-        # The bundle's env file reaches the agent on its node (this test's nodes share the
-        # test's environment, which does not have the variable).
+        # The bundle's env file, and a variable the bundle reads from the orchestrator's
+        # environment, reach the agent on its node (this test's nodes have the test's
+        # environment, which has neither); one the bundle does not name stays behind.
         assert "GOONDAN_TEST_GREETING" not in os.environ
-        sent = daemon.cli("send", "env GOONDAN_TEST_GREETING", "--agent", "helper")
-        assert sent.returncode == 0 and sent.stdout.strip() == "hello from .env", sent.stderr
+        for name, value in (
+            ("GOONDAN_TEST_GREETING", "hello from .env"),
+            ("GOONDAN_TEST_EXPORTED", "exported to the orchestrator"),
+            ("GOONDAN_TEST_UNNAMED", "(not set)"),
+        ):
+            sent = daemon.cli("send", f"env {name}", "--agent", "helper")
+            assert sent.returncode == 0 and sent.stdout.strip() == value, sent.stderr
         daemon.proc.terminate()
         assert daemon.proc.wait(60) == 0, daemon.logs()
         wait_for(node_b_free, timeout=30)
@@ -345,6 +362,7 @@ metadata: {name: helper-script}
 spec:
   provider: scripted
   model: s
+  apiKey: {valueFrom: {env: GOONDAN_TEST_EXPORTED}}  # as a real Model's key would be
   options:
     rules:
       - when: 'env (\w+)'
