@@ -230,7 +230,7 @@ class RayLauncher:
         return self._packed
 
     async def aclose(self) -> None:
-        if self._starting is not None and self._starting.done():
+        if self._endpoint is not None:  # connected (`_start` got to its end)
             import ray
 
             ray.shutdown()

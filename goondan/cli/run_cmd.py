@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import select
 import sys
@@ -174,6 +175,12 @@ def _placement(args: argparse.Namespace, daemon: Daemon) -> str | None:
         if args.listen or args.ray_address:
             return "--listen and --ray-address are for --placement ray"
         return None  # a local run: the Ray placement module is not even imported
+    missing = [name for name in ("ray", "pathspec") if importlib.util.find_spec(name) is None]
+    if missing:
+        return (
+            f"--placement ray needs {' and '.join(missing)}, not installed in {sys.prefix}: "
+            "install goondan's `ray` extra (pip install 'goondan[ray]')"
+        )
     from orchestrator.ray_placement import RayPlacement
 
     listen = args.listen or RayPlacement().listen

@@ -46,3 +46,29 @@ def test_a_local_run_never_imports_ray():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_placement_ray_without_ray_installed_is_a_clear_start_error(tmp_path, state_root):
+    """Without the `ray` extra, `--placement ray` says what to install, before anything
+    starts (it used to fail in the launcher with a traceback, and again at shutdown). Ray's
+    absence is simulated in the CLI's process: this environment has it."""
+    bundle = write_bundle(tmp_path / "b", BUNDLE)
+    code = (
+        "import importlib.util as u, sys\n"
+        "find = u.find_spec\n"
+        "u.find_spec = lambda name, *a: None if name == 'ray' else find(name, *a)\n"
+        "from goondan.cli.main import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "run", str(bundle), "--placement", "ray"]
+        + ["--state-root", str(state_root), "--input", "hi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "--placement ray needs ray, not installed in" in proc.stderr
+    assert "pip install 'goondan[ray]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (state_root / "run" / "orchestrator.json").exists()  # nothing was started
