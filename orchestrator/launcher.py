@@ -444,6 +444,10 @@ class ZygoteLauncher:
         if not first:
             process.close()
             raise OSError("the agent template process exited during start-up")
+        if self._closing:  # the daemon stopped while the template started: it has no use
+            process.kill()
+            process.close()
+            return
         self._process = process
         self._tasks.spawn(self._read(process), name="read agent template")
         self._log.debug("template process ready", pid=process.pid)
