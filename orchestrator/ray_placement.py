@@ -26,6 +26,7 @@ import hashlib
 import io
 import os
 import signal
+import socket
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -143,9 +144,16 @@ class RayLauncher:
     async def start(self) -> None:
         if self._starting is None:
             self._starting = asyncio.ensure_future(self._start())
-        await asyncio.shield(self._starting)
+        try:
+            await asyncio.shield(self._starting)
+        except ClusterUnreachable:
+            self._starting = None  # the next launch (after the supervisor's back-off) tries again
+            raise
 
     async def _start(self) -> None:
+        address = self.placement.address or os.environ.get(ADDRESS_ENV) or None
+        if address is not None:
+            await asyncio.to_thread(check_reachable, address)
         import ray
 
         import goondan
@@ -156,7 +164,6 @@ class RayLauncher:
         host, _, port = self.placement.listen.rpartition(":")
         self._authority = tls.Authority(self._tls_dir, host)
         bound = await self._router.listen_tls(host, int(port), self._authority.server_context())
-        address = self.placement.address or os.environ.get(ADDRESS_ENV) or None
         # ray.init blocks (it connects): in a thread, the loop serves on.
         await asyncio.to_thread(
             ray.init,
@@ -234,6 +241,29 @@ class RayLauncher:
             import ray
 
             ray.shutdown()
+
+
+class ClusterUnreachable(OSError):
+    """Nothing accepts a connection at the Ray cluster's address."""
+
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str) -> None:
+    """A HOST:PORT cluster address must accept a TCP connection: against a wrong one Ray's own
+    connect retries for minutes, and every launch would wait on it. Other forms (`auto`,
+    `ray://...`) are left to Ray. Raises `ClusterUnreachable`."""
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise ClusterUnreachable(
+            f"the Ray cluster at {address} cannot be reached ({exc.strerror or exc}): is it "
+            "running, and is this its head node's address (`ray start --head` prints it)?"
+        ) from None
 
 
 class BundleTooLarge(OSError):
@@ -328,7 +358,10 @@ class PlacedLauncher:
         self.ray = ray
 
     async def start(self) -> None:
-        await asyncio.gather(self.local.start(), self.ray.start())
+        try:
+            await asyncio.gather(self.local.start(), self.ray.start())
+        except ClusterUnreachable as exc:  # each Ray launch says so too, and tries again
+            structlog.get_logger().error("cannot reach the Ray cluster", error=str(exc))
 
     def set_providers(self, providers: tuple[str, ...]) -> None:
         self.local.set_providers(providers)

@@ -3,6 +3,7 @@ Ray in a local run is a clear start error."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 
@@ -72,3 +73,19 @@ def test_placement_ray_without_ray_installed_is_a_clear_start_error(tmp_path, st
     assert "pip install 'goondan[ray]'" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (state_root / "run" / "orchestrator.json").exists()  # nothing was started
+
+
+def test_a_ray_address_nothing_listens_at_is_said_at_once(tmp_path, state_root):
+    """Ray's own connect retries for minutes against a wrong address; goondan says so at
+    the first launch, in the answer (and `status`), and tries again at the next one."""
+    with socket.socket() as s:  # a port nothing listens at
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bundle = write_bundle(tmp_path / "b", BUNDLE)
+    proc = goondan(
+        "run", str(bundle), "--placement", "ray", "--ray-address", f"127.0.0.1:{port}",
+        "--state-root", str(state_root), "--input", "hi",
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert f"the Ray cluster at 127.0.0.1:{port} cannot be reached" in proc.stderr
+    assert "Traceback" not in proc.stderr
