@@ -44,8 +44,8 @@ class AgentActor:
         bundle_archive: bytes,
     ) -> None:
         """Start the agent process. `argv` is the agent's (its `--parent-pid` becomes ours);
-        `environment` is set over this node's (the orchestrator's env files); the bundle is
-        `bundle_archive` (a zip, `orchestrator.ray_placement.pack_bundle`), unpacked on this
+        `environment` is set over this node's (see `RayLauncher`); the bundle is
+        `bundle_archive` (a zip, `orchestrator.ray_bundle.pack_bundle`), unpacked on this
         node once per `bundle_digest`, its sha256."""
         import goondan
 

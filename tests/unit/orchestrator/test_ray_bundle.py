@@ -8,7 +8,7 @@ import zipfile
 import pytest
 
 from agentproc.ray_actor import unpacked_bundle
-from orchestrator.ray_placement import BundleTooLarge, pack_bundle
+from orchestrator.ray_bundle import BundleTooLarge, pack_bundle
 
 
 def test_the_archive_holds_what_agents_read_and_nothing_of_this_machine(tmp_path):
