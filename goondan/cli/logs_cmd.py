@@ -108,13 +108,11 @@ def _flush_running_agents(paths: StatePaths) -> None:
     events they hold (an agent writes them in batches, up to a second after a turn): then a
     turn that has answered shows every event. Without one, or if it cannot, the files are read
     as they are."""
-    from goondan.cli.client import ControlClient, NotRunning, daemon_running
+    from goondan.cli.client import ControlClient, NotRunning
     from ipc import wire
 
-    if not daemon_running(paths):
-        return
     try:
-        with ControlClient(paths) as client:
+        with ControlClient(paths) as client:  # NotRunning at once without a daemon
             client.command(
                 "logs.flush", wire.LogsFlushArgs(FLUSH_WAIT_MS), FLUSH_WAIT_MS / 1000 + 3
             )
