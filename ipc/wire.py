@@ -278,9 +278,11 @@ class TraceCancel(msgspec.Struct, frozen=True, rename="camel"):
 class LogsFlushArgs(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """`logs.flush` (CLI -> orchestrator): have every running agent write the runtime events
     it holds (`events.flush`), waiting `wait_ms` for each, so that `goondan logs` then reads
-    every event of a turn that has answered."""
+    every event of a turn that has answered. `agents`: only these (`logs --agent`); every
+    running agent when empty."""
 
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 2_000
+    agents: list[str] = []
 
 
 class EventsFlushArgs(msgspec.Struct, frozen=True, omit_defaults=True):

@@ -1024,9 +1024,11 @@ class Daemon:
         return wire.Cancelled(turns)
 
     async def _cmd_logs_flush(self, args: wire.LogsFlushArgs) -> wire.Flushed:
-        """Every running agent writes the runtime events it holds (`goondan logs` asks before
-        it reads). An agent that does not answer in time is left out of the result."""
-        names = [name for name in self.agent_names if self.supervisor.is_ready(name)]
+        """Every running agent (or those `args.agents` names) writes the runtime events it
+        holds (`goondan logs` asks before it reads). An agent that does not answer in time is
+        left out of the result."""
+        wanted = set(args.agents or self.agent_names)
+        names = [n for n in self.agent_names if n in wanted and self.supervisor.is_ready(n)]
         flush, wait_s = wire.control("events.flush"), args.wait_ms / 1000
         replies = await asyncio.gather(
             *(self.agent_calls.call(name, flush, wait_s) for name in names)

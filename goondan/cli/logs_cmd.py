@@ -45,7 +45,7 @@ def run_logs(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-    _flush_running_agents(paths)
+    _flush_running_agents(paths, args.agent)
     sources: dict[Path, FileTail] = {}
     json_out = args.json or not sys.stdout.isatty()
 
@@ -103,18 +103,20 @@ def run_logs(args: argparse.Namespace) -> int:
         return 0
 
 
-def _flush_running_agents(paths: StatePaths) -> None:
-    """With an orchestrator running on the state root, its agents first write the runtime
-    events they hold (an agent writes them in batches, up to a second after a turn): then a
-    turn that has answered shows every event. Without one, or if it cannot, the files are read
-    as they are."""
+def _flush_running_agents(paths: StatePaths, agent: str | None) -> None:
+    """With an orchestrator running on the state root, its agents (or `agent` alone) first
+    write the runtime events they hold (an agent writes them in batches, up to a second after
+    a turn): then a turn that has answered shows every event. Without one, or if it cannot,
+    the files are read as they are."""
     from goondan.cli.client import ControlClient, NotRunning
     from ipc import wire
 
     try:
         with ControlClient(paths) as client:  # NotRunning at once without a daemon
             client.command(
-                "logs.flush", wire.LogsFlushArgs(FLUSH_WAIT_MS), FLUSH_WAIT_MS / 1000 + 3
+                "logs.flush",
+                wire.LogsFlushArgs(FLUSH_WAIT_MS, [agent] if agent else []),
+                FLUSH_WAIT_MS / 1000 + 3,
             )
     except NotRunning:
         return

@@ -10,7 +10,9 @@ import time
 
 from agentproc.conversation import read_messages
 from agentproc.runtime_events import RuntimeEvent, RuntimeEventLog
+from goondan.cli.client import ControlClient
 from goondan.paths import StatePaths
+from ipc import wire
 from tests.e2e.conftest import GOONDAN, goondan
 
 
@@ -75,12 +77,25 @@ def test_logs_does_not_wait_long_for_a_stuck_agent(start_daemon):
     researcher = next(p["pid"] for p in daemon.status()["processes"] if p["name"] == "researcher")
     os.kill(researcher, signal.SIGSTOP)
     try:
-        shown = daemon.cli("logs", "--json", "--agent", "assistant")
+        shown = daemon.cli("logs", "--json")
     finally:
         os.kill(researcher, signal.SIGCONT)
     assert shown.returncode == 0, shown.stderr
     assert "did not answer" not in shown.stderr  # the orchestrator answered without it
-    assert json.loads(shown.stdout.splitlines()[-1])["type"] == "turn.completed"
+    assistant = [json.loads(line) for line in shown.stdout.splitlines() if '"assistant"' in line]
+    assert assistant[-1]["type"] == "turn.completed"
+
+
+def test_logs_of_one_agent_asks_only_that_agent(start_daemon):
+    """`goondan logs --agent NAME` has only that agent write what it holds: with hundreds of
+    agents, reading one agent's events does not wake every other."""
+    daemon = start_daemon()
+    assert daemon.send("What is 2 plus 3?").returncode == 0
+    with ControlClient(StatePaths.at(daemon.state_root)) as client:
+        one = client.command("logs.flush", wire.LogsFlushArgs(agents=["researcher"])).result
+        every = client.command("logs.flush", wire.LogsFlushArgs()).result
+    assert one == {"agents": ["researcher"]}
+    assert sorted(every["agents"]) == ["assistant", "researcher"]
 
 
 def test_logs_merges_files_by_time_and_filters(state_root):
