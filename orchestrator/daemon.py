@@ -69,6 +69,9 @@ REPLAY_AGAIN_ON = frozenset(
     }
 )
 
+# How long opening a trace in the studio waits for each agent to write its held events: a
+# stuck agent must not hold the page for long.
+STUDIO_FLUSH_WAIT_MS = 500
 
 # A handler of one message type from agents.sock: (sender name, identity, envelope, frame).
 AgentHandler = Callable[[str, bytes, wire.Envelope, bytes], None]
@@ -330,6 +333,7 @@ class Daemon:
                 for name in self.connections.connections
             },
             lambda trace_id: self._cancel(wire.TurnCancelArgs(trace_id=trace_id), self.agent_names),
+            lambda: self._cmd_logs_flush(wire.LogsFlushArgs(STUDIO_FLUSH_WAIT_MS)),
         )
         self._tasks.spawn(self.studio.start(), name="start studio")
 

@@ -118,16 +118,19 @@ class Studio:
         status: Callable[[], wire.Status],
         connectors: Callable[[], dict[str, str]],
         cancel: Callable[[str], Awaitable[list[wire.CancelledTurn]]],
+        flush: Callable[[], Awaitable[object]],
     ) -> None:
         """`swarm`, `status`, `connectors` (name -> the agent it feeds) are read per request:
         a reload may change them. `cancel(trace_id)` cancels a trace's running turns, as
-        `goondan cancel --trace` does."""
+        `goondan cancel --trace` does; `flush()` has the running agents write the runtime
+        events they hold, as `goondan logs` does before it reads."""
         self._sock = sock
         self.paths = paths
         self._swarm = swarm
         self._status = status
         self._connectors = connectors
         self._cancel = cancel
+        self._flush = flush
         self.token = load_token(paths)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -266,6 +269,9 @@ class Studio:
         return web.json_response(self.store().requests())
 
     async def _api_trace(self, request: web.Request) -> web.Response:
+        # Agents write their events in batches, up to a second after a turn: a trace opened
+        # as its request answers shows to its end.
+        await self._flush()
         await self.refresh()
         trace = self.store().trace(request.match_info["trace"])
         if trace is None:

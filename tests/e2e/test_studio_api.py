@@ -136,6 +136,28 @@ async def test_json_endpoints_show_a_delegation(tmp_path, start_daemon, state_ro
             assert r.status == 404
 
 
+async def test_a_trace_opened_as_its_request_answers_shows_to_its_end(
+    tmp_path, start_daemon, state_root
+):
+    """Agents write their runtime events in batches, up to a second after a turn; opening a
+    trace has them write what they hold first, so a request that has just answered shows
+    every span ended."""
+    bundle = write_bundle(tmp_path / "bundle", BUNDLE, {"calc.py": CALC})
+    daemon = start_daemon(bundle, "--studio", "127.0.0.1:0")
+    url, token = _studio(state_root)
+    sent = daemon.send("delegate the sum", "--json")
+    assert sent.returncode == 0, sent.stderr
+    trace_id = json.loads(sent.stdout)["traceId"]
+    auth = {"Authorization": "Bearer " + token}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        async with http.get(url + "api/traces/" + trace_id) as r:
+            assert r.status == 200, await r.text()
+            trace = await r.json()
+    turns = {s["agent"]: s["status"] for s in trace["spans"] if s["kind"] == "turn"}
+    assert turns == {"coordinator": "ok", "worker": "ok"}
+    assert all(s["status"] != "running" for s in trace["spans"])
+
+
 async def test_stream_sends_the_swarm_then_new_events(tmp_path, start_daemon, state_root):
     bundle = write_bundle(tmp_path / "bundle", BUNDLE, {"calc.py": CALC})
     daemon = start_daemon(bundle, "--studio", "127.0.0.1:0")
