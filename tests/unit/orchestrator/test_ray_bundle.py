@@ -4,6 +4,7 @@ once per node and content by the actor (`unpacked_bundle`). No Ray needed for ei
 import hashlib
 import io
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -58,6 +59,12 @@ def test_what_the_bundles_gitignore_leaves_out_stays_here(tmp_path):
     assert pack_bundle(bundle, bundle / "state") == pack_bundle(bundle, bundle / "state")
 
 
+def _pack(bundle: Path, version: int, state: Path) -> tuple[str, bytes]:
+    (bundle / "goondan.yaml").write_text(f"version: {version}\n")
+    archive = pack_bundle(bundle, state)
+    return hashlib.sha256(archive).hexdigest(), archive
+
+
 def test_a_node_unpacks_each_bundle_once(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
@@ -65,22 +72,47 @@ def test_a_node_unpacks_each_bundle_once(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     bundle = tmp_path / "b"
     bundle.mkdir()
-    (bundle / "goondan.yaml").write_text("version: 1\n")
     (bundle / "server.sh").write_text("#!/bin/sh\n")  # an MCP server's command, say
     (bundle / "server.sh").chmod(0o755)
-    archive = pack_bundle(bundle, tmp_path / "state")
-    digest = hashlib.sha256(archive).hexdigest()
+    digest, archive = _pack(bundle, 1, tmp_path / "state")
     first = unpacked_bundle(digest, archive)
-    assert (first / "goondan.yaml").read_text() == "version: 1\n"
-    assert (first / "server.sh").stat().st_mode & 0o777 == 0o755
-    (first / "goondan.yaml").write_text("changed on the node")
-    assert unpacked_bundle(digest, archive) == first  # not unpacked again
-    assert (first / "goondan.yaml").read_text() == "changed on the node"
-    (bundle / "goondan.yaml").write_text("version: 2\n")  # a reload's new bundle
-    archive = pack_bundle(bundle, tmp_path / "state")
-    second = unpacked_bundle(hashlib.sha256(archive).hexdigest(), archive)
-    assert second != first and (second / "goondan.yaml").read_text() == "version: 2\n"
-    assert sorted(p.name for p in first.parent.iterdir()) == sorted([first.name, second.name])
+    assert (first.path / "goondan.yaml").read_text() == "version: 1\n"
+    assert (first.path / "server.sh").stat().st_mode & 0o777 == 0o755
+    (first.path / "goondan.yaml").write_text("changed on the node")
+    again = unpacked_bundle(digest, archive)
+    assert again.path == first.path  # not unpacked again
+    assert (first.path / "goondan.yaml").read_text() == "changed on the node"
+    second = unpacked_bundle(*_pack(bundle, 2, tmp_path / "state"))  # a reload's new bundle
+    assert second.path != first.path
+    assert (second.path / "goondan.yaml").read_text() == "version: 2\n"
+    assert first.path.is_dir()  # actors still run from it
+
+
+def test_a_new_bundle_removes_the_old_ones_no_actor_runs_from(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    one = unpacked_bundle(*_pack(bundle, 1, tmp_path / "state"))
+    two = unpacked_bundle(*_pack(bundle, 2, tmp_path / "state"))
+    root = one.path.parent
+    (root / "0123abcd").mkdir()  # an older build's bundle, no lock file beside it
+    (root / f"{two.path.name}.x1y2").mkdir()  # what a crashed unpacking of it left
+    one.close()  # its last actor ended; two's still runs
+    three = unpacked_bundle(*_pack(bundle, 3, tmp_path / "state"))
+    left = sorted(p.name for p in root.iterdir())
+    assert left == sorted(
+        [two.path.name, f"{two.path.name}.lock", f"{two.path.name}.x1y2"]
+        + [three.path.name, f"{three.path.name}.lock"]
+    )
+    two.close()
+    again = unpacked_bundle(*_pack(bundle, 1, tmp_path / "state"))  # unpacked anew
+    assert (again.path / "goondan.yaml").read_text() == "version: 1\n"
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [again.path.name, f"{again.path.name}.lock", three.path.name, f"{three.path.name}.lock"]
+    )
 
 
 def test_a_node_runs_no_bundle_from_a_directory_others_can_write(tmp_path, monkeypatch):
