@@ -70,6 +70,7 @@ class Soak:
         self.attacks: Counter[str] = Counter()
         self.notes: dict[str, str] = {}
         self.crash_times: list[float] = []
+        self.disk_freed_times: list[float] = []  # when each disk-full episode ended
         self.unexpected_exits: list[str] = []
         self.orphans = 0
         self.peak = {"orchestrator": 0, "agents": 0}
@@ -173,6 +174,7 @@ class Soak:
                     _, note = attacks.fill_disk(self.daemon.state_root, self.args.disk_hold)
                 finally:
                     self.filling = False
+                    self.disk_freed_times.append(time.time())
             elif name == "half_open":
                 note = attacks.half_open(sockets, self.args.half_open, hold_s=2.0)
             elif name == "garbage":
@@ -254,6 +256,7 @@ class Soak:
             read_ledger(self.ledger),
             self.crash_times,
             self.turns,
+            self.disk_freed_times,
         )
         attacks_run = {name: self.attacks.get(name, 0) for name in RATES}
         attacks_run.update({k: v for k, v in self.attacks.items() if k not in RATES})

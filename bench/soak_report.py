@@ -14,8 +14,11 @@ snapshots and the ledger; then the table and the JSON file.
 - unacknowledged: the daemon died before the client got any answer and nothing shows it was
   journaled: never accepted, so not lost.
 - duplicated: the client got two answers for one request, or one agent process ran the same
-  request's turn twice with no crash (harness kill, daemon death, agent respawn) in between.
-  Redelivery after a crash is at-least-once by design and is not a duplicate.
+  request's turn twice with no crash (harness kill, daemon death, agent respawn) in between,
+  nor, for a journaled input, the end of a disk-full episode. Redelivery after a crash is
+  at-least-once by design and is not a duplicate; so is the journal's delivery again of an
+  input whose replay failed on the full disk (`E_STORAGE`): once space returns it runs
+  again, from its input if other turns of its instance followed it (`Replay.superseded`).
 """
 
 from __future__ import annotations
@@ -65,9 +68,12 @@ def classify(
     ledger: list[LedgerLine],
     crash_times: list[float],
     turns: Mapping[str, CoordinatorTurn] | None = None,
+    disk_freed_times: list[float] | None = None,
 ) -> Fates:
-    """`turns`: what the coordinators' conversations show (`soak_bundle.coordinator_turns`)."""
+    """`turns`: what the coordinators' conversations show (`soak_bundle.coordinator_turns`);
+    `disk_freed_times`: when each disk-full episode ended."""
     turns = turns or {}
+    redelivered_journaled = sorted(crash_times + (disk_freed_times or []))
     fates = Fates(sent=len(requests))
     by_id: dict[str, list[LedgerLine]] = defaultdict(list)
     for line in ledger:
@@ -115,7 +121,9 @@ def classify(
         if req.answers > 1:
             fates.duplicated_answers += 1
             fates.duplicated_ids.append(req.request_id)
-        elif _turn_twice_without_crash(lines, crash_times):
+        elif _turn_twice_without_crash(
+            lines, redelivered_journaled if req.request_id in journal_ids else crash_times
+        ):
             fates.duplicated_turns += 1
             fates.duplicated_ids.append(req.request_id)
     fates.client_outcomes = dict(outcomes)
@@ -123,12 +131,12 @@ def classify(
     return fates
 
 
-def _turn_twice_without_crash(lines: list[LedgerLine], crash_times: list[float]) -> bool:
+def _turn_twice_without_crash(lines: list[LedgerLine], redelivery_times: list[float]) -> bool:
     seen: dict[tuple[str, int], float] = {}
     for line in sorted(lines, key=lambda item: item.at):
         key = (line.role, line.pid)
         earlier = seen.get(key)
-        if earlier is not None and not any(earlier <= t <= line.at for t in crash_times):
+        if earlier is not None and not any(earlier <= t <= line.at for t in redelivery_times):
             return True
         seen[key] = line.at
     return False

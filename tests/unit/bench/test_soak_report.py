@@ -50,3 +50,25 @@ def test_a_turn_finished_after_its_tool_was_cut_short_is_answered(tmp_path: Path
     assert "journaled as j-2" in fates.lost_details[0]
     assert "coordinator: user:req r-ran | assistant:ledger__record" in fates.lost_details[0]
     assert "no turn stored" in fates.lost_details[1]
+
+
+def test_a_journaled_input_run_again_once_the_disk_had_room_is_no_duplicate() -> None:
+    """The journal delivers a replayed input again after it failed on the full disk; other
+    turns of its instance followed it, so it runs again from its input, and its worker's
+    tool with it, in the same process: at-least-once by design, as after a crash. The same
+    twice with no episode's end between, or for an input never journaled, is a duplicate."""
+    requests = [interrupted_request(r) for r in ("r-replayed", "r-early", "r-client")]
+    journal = {"r-replayed": "j-1", "r-early": "j-2"}
+    ledger = [
+        LedgerLine("r-replayed", "worker", 7, "t1", 10.0),
+        LedgerLine("r-replayed", "worker", 7, "t2", 14.0),  # after the disk had room at 12
+        LedgerLine("r-early", "worker", 7, "t3", 4.0),
+        LedgerLine("r-early", "worker", 7, "t4", 6.0),  # nothing between
+        LedgerLine("r-client", "worker", 7, "t5", 10.0),
+        LedgerLine("r-client", "worker", 7, "t6", 14.0),  # never journaled: never replayed
+    ]
+    fates = classify(requests, journal, ledger, [1.0], {}, [12.0])
+    assert fates.duplicated_turns == 2
+    assert sorted(fates.duplicated_ids) == ["r-client", "r-early"]
+    crash_only = classify(requests, journal, ledger, [1.0], {})
+    assert sorted(crash_only.duplicated_ids) == ["r-client", "r-early", "r-replayed"]
