@@ -205,6 +205,15 @@ def _parameters(chk: Checker, path: tuple[str | int, ...], value: Any) -> dict[s
             "write 'type: object' with 'properties: {...}'",
         )
         return None
+    unknown = _unknown_type(data, ())
+    if unknown is not None:
+        where, kind = unknown
+        chk.error(
+            (*path, *where),
+            f"unknown JSON Schema type {kind!r}",
+            f"use one of: {', '.join(sorted(_JSON_TYPES))}",
+        )
+        return None
     problem = _schema_problem(json.dumps(data, sort_keys=True, default=str))
     if problem:
         chk.error(
@@ -214,6 +223,44 @@ def _parameters(chk: Checker, path: tuple[str | int, ...], value: Any) -> dict[s
         )
         return None
     return data
+
+
+_JSON_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
+# Keywords whose value is a schema, a list of schemas, or a map of names to schemas.
+_SUBSCHEMA = frozenset(
+    {"additionalItems", "additionalProperties", "contains", "else", "if", "items", "not"}
+    | {"propertyNames", "then", "unevaluatedItems", "unevaluatedProperties"}
+)
+_SUBSCHEMAS = frozenset({"allOf", "anyOf", "items", "oneOf", "prefixItems"})
+_NAMED_SUBSCHEMAS = frozenset(
+    {"$defs", "definitions", "dependentSchemas", "patternProperties", "properties"}
+)
+
+SchemaPath = tuple[str | int, ...]
+
+
+def _unknown_type(schema: Any, where: SchemaPath) -> tuple[SchemaPath, str] | None:
+    """Where a `type` names no JSON type, and what it names: fastjsonschema says only
+    "Unknown type", not which nor where."""
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    for one in kind if isinstance(kind, list) else [kind]:
+        if isinstance(one, str) and one not in _JSON_TYPES:
+            return (*where, "type"), one
+    for key, value in schema.items():
+        children: list[tuple[SchemaPath, Any]] = []
+        if key in _SUBSCHEMAS and isinstance(value, list):
+            children = [((*where, key, i), item) for i, item in enumerate(value)]
+        elif key in _SUBSCHEMA:
+            children = [((*where, key), value)]
+        elif key in _NAMED_SUBSCHEMAS and isinstance(value, dict):
+            children = [((*where, key, name), item) for name, item in value.items()]
+        for child_where, child in children:
+            found = _unknown_type(child, child_where)
+            if found is not None:
+                return found
+    return None
 
 
 @lru_cache(maxsize=512)

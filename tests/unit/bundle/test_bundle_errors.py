@@ -364,11 +364,20 @@ SCHEMA_CASES = [
     (
         "parameters-bad-schema",
         "          a: {type: number}",
-        "          a: {type: numbr}",
+        "          a: {type: number, minimum: lots}",
         "",
         "Tool/calc.spec.exports[0].parameters",
         "parameters:",
-        "not a valid JSON Schema",
+        "not a valid JSON Schema: minimum must be a number",
+    ),
+    (
+        "parameters-unknown-type",
+        "          a: {type: number}",
+        "          a: {type: numbr}",
+        "",
+        "Tool/calc.spec.exports[0].parameters.properties.a.type",
+        "a: {type: numbr}",
+        "unknown JSON Schema type 'numbr'",
     ),
     (
         "errorMessageLimit",
