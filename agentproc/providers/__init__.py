@@ -18,7 +18,7 @@ from typing import Protocol
 import msgspec
 
 from agentproc.messages import ModelError, ModelReply, ModelRequest
-from agentproc.providers._common import Backend, TextCallback
+from agentproc.providers._common import ENDPOINT_FIELD, Backend, TextCallback
 from agentproc.providers.endpoints import effective_endpoint
 from agentproc.providers.resilience import ResilientProvider, RetryPolicy, parse_fallbacks
 from goondan.bundle.model import ModelCapabilities, ModelSpec
@@ -95,7 +95,8 @@ def make_provider(spec: ModelSpec, api_key: str | None, more_keys: Sequence[str]
         )
         fallback_policy = RetryPolicy.from_options(fallback.options, base=policy)
         try:
-            backend = _backend(fallback_spec, key, fallback_policy)
+            field = f"{where}.endpoint" if fallback.endpoint else ENDPOINT_FIELD
+            backend = _backend(fallback_spec, key, fallback_policy, field)
         except ModelError as exc:
             if exc.code == ErrorCode.E_MODEL_AUTH and key is None:
                 variable = _KEY_ENV.get(provider, "the variable holding the key")
@@ -112,22 +113,27 @@ def make_provider(spec: ModelSpec, api_key: str | None, more_keys: Sequence[str]
     return ResilientProvider(chain)
 
 
-def _backend(spec: ModelSpec, api_key: str | None, policy: RetryPolicy) -> Backend:
+def _backend(
+    spec: ModelSpec, api_key: str | None, policy: RetryPolicy, endpoint_field: str = ENDPOINT_FIELD
+) -> Backend:
+    """`endpoint_field`: the bundle's field that sets `spec.endpoint` (a fallback's own)."""
     endpoint = effective_endpoint(spec.provider, spec.endpoint, os.environ)
     if endpoint.source != "default":
         spec = msgspec.structs.replace(spec, endpoint=endpoint.url)
+    if endpoint.source.startswith("$"):  # the errors' hints name the variable that set it
+        endpoint_field = endpoint.source
     if spec.provider == "openai":
         from agentproc.providers.openai import OpenAIProvider
 
-        return OpenAIProvider(spec, api_key, policy)
+        return OpenAIProvider(spec, api_key, policy, endpoint_field=endpoint_field)
     if spec.provider == "anthropic":
         from agentproc.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(spec, api_key, policy)
+        return AnthropicProvider(spec, api_key, policy, endpoint_field=endpoint_field)
     if spec.provider == "google":
         from agentproc.providers.google import GoogleProvider
 
-        return GoogleProvider(spec, api_key, policy)
+        return GoogleProvider(spec, api_key, policy, endpoint_field=endpoint_field)
     if spec.provider == "scripted":
         from agentproc.providers.scripted import ScriptedProvider
 

@@ -205,15 +205,23 @@ async def close_quietly(stream: Any) -> None:
         pass
 
 
-def unreachable(label: str, exc: BaseException, *, timed_out: bool) -> ModelError:
-    """The model could not be reached, or did not answer in time: worth another try."""
+# Where a Model's base URL is set, for the hints; a provider is told another place when the URL
+# came from elsewhere (a fallback's own field, or a base-URL variable: `providers._backend`).
+ENDPOINT_FIELD = "Model.spec.endpoint"
+
+
+def unreachable(
+    label: str, exc: BaseException, *, timed_out: bool, endpoint_field: str = ENDPOINT_FIELD
+) -> ModelError:
+    """The model could not be reached, or did not answer in time: worth another try.
+    `endpoint_field`: where its URL was set (a Model field, or a base-URL variable)."""
     if timed_out:
         message = (
             f"{label} did not answer in time (a slow model may need a larger "
             "Model.spec.options.timeoutSeconds)"
         )
     else:
-        message = f"cannot reach {label}: {root_cause(exc)}; check Model.spec.endpoint"
+        message = f"cannot reach {label}: {root_cause(exc)}; check {endpoint_field}"
     return ModelError(message, code=ErrorCode.E_MODEL_UNREACHABLE, retryable=True)
 
 
@@ -226,7 +234,8 @@ def interrupted(label: str, reason: str, count: int, unit: str) -> ModelError:
     )
 
 
-NOT_FOUND_HINT = "; check Model.spec.model and Model.spec.endpoint"
+def not_found_hint(endpoint_field: str = ENDPOINT_FIELD) -> str:
+    return f"; check Model.spec.model and {endpoint_field}"
 
 
 def status_error(
@@ -239,6 +248,7 @@ def status_error(
     key_hint: str = "",
     bad_key: bool = False,
     hints: Mapping[int, str] | None = None,
+    endpoint_field: str = ENDPOINT_FIELD,
 ) -> ModelError:
     """An HTTP error status as every provider reports it: a rejected key, a rate limit or an
     unavailable server (both worth another try, after `retry_after`), a context overflow, or
@@ -266,7 +276,7 @@ def status_error(
         )
     if overflow:
         return context_overflow(label, detail)
-    hint = (hints or {}).get(status, NOT_FOUND_HINT if status == 404 else "")
+    hint = (hints or {}).get(status, not_found_hint(endpoint_field) if status == 404 else "")
     return ModelError(
         f"{label} rejected the request ({detail}){hint}", code=ErrorCode.E_MODEL_BAD_REQUEST
     )

@@ -44,6 +44,7 @@ import anthropic
 
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
+    ENDPOINT_FIELD,
     ChunkCallback,
     TextCallback,
     close_quietly,
@@ -129,8 +130,15 @@ class AnthropicProvider:
     """One `AsyncAnthropic` client per agent process, reused across Turns."""
 
     def __init__(
-        self, spec: ModelSpec, api_key: str | None, policy: RetryPolicy | None = None
+        self,
+        spec: ModelSpec,
+        api_key: str | None,
+        policy: RetryPolicy | None = None,
+        *,
+        endpoint_field: str = ENDPOINT_FIELD,
     ) -> None:
+        """`endpoint_field`: where the endpoint was set, for the errors' hints."""
+        self._endpoint_field = endpoint_field
         self._model = spec.model
         endpoint = (spec.endpoint or DEFAULT_ENDPOINT).rstrip("/")
         self._endpoint = endpoint.removesuffix("/v1")
@@ -272,7 +280,12 @@ class AnthropicProvider:
         return state.reply()
 
     def _unreachable(self, exc: anthropic.APIConnectionError) -> ModelError:
-        return unreachable(self.label, exc, timed_out=isinstance(exc, anthropic.APITimeoutError))
+        return unreachable(
+            self.label,
+            exc,
+            timed_out=isinstance(exc, anthropic.APITimeoutError),
+            endpoint_field=self._endpoint_field,
+        )
 
     def _interrupted(self, reason: str, count: int) -> ModelError:
         return interrupted(self.label, reason, count, "events")
@@ -294,6 +307,7 @@ class AnthropicProvider:
             retry_after,
             overflow=is_context_overflow(status, error_type, shown),
             key_hint=f" (e.g. valueFrom.env: {API_KEY_ENV})",
+            endpoint_field=self._endpoint_field,
             hints={402: "; check the account's billing and credit balance"},
         )
 

@@ -44,6 +44,7 @@ from google.genai import errors, types
 
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
+    ENDPOINT_FIELD,
     ChunkCallback,
     TextCallback,
     headers_option,
@@ -114,8 +115,15 @@ class GoogleProvider:
     """One `genai.Client` per agent process, reused across Turns."""
 
     def __init__(
-        self, spec: ModelSpec, api_key: str | None, policy: RetryPolicy | None = None
+        self,
+        spec: ModelSpec,
+        api_key: str | None,
+        policy: RetryPolicy | None = None,
+        *,
+        endpoint_field: str = ENDPOINT_FIELD,
     ) -> None:
+        """`endpoint_field`: where the endpoint was set, for the errors' hints."""
+        self._endpoint_field = endpoint_field
         self._model = spec.model.removeprefix("models/")
         self._endpoint = (spec.endpoint or DEFAULT_ENDPOINT).rstrip("/").removesuffix("/v1beta")
         self.label = f"model '{self._model}' at {self._endpoint}"
@@ -279,7 +287,12 @@ class GoogleProvider:
         )
 
     def _unreachable(self, exc: BaseException) -> ModelError:
-        return unreachable(self.label, exc, timed_out=isinstance(exc, TimeoutError))
+        return unreachable(
+            self.label,
+            exc,
+            timed_out=isinstance(exc, TimeoutError),
+            endpoint_field=self._endpoint_field,
+        )
 
     def _interrupted(self, reason: str, count: int) -> ModelError:
         return interrupted(self.label, reason, count, "events")
@@ -299,6 +312,7 @@ class GoogleProvider:
             retry_after,
             overflow=is_context_overflow(status, exc.status, shown),
             key_hint=f" (e.g. valueFrom.env: {API_KEY_ENV})",
+            endpoint_field=self._endpoint_field,
             # Gemini answers a wrong key with 400 INVALID_ARGUMENT (reason API_KEY_INVALID).
             bad_key=status == 400 and "API key" in shown,
         )

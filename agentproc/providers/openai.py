@@ -32,7 +32,7 @@ import openai
 
 from agentproc.messages import Message, ModelError, ModelReply, ModelRequest, ToolCall, Usage
 from agentproc.providers._common import (
-    NOT_FOUND_HINT,
+    ENDPOINT_FIELD,
     ChunkCallback,
     TextCallback,
     close_quietly,
@@ -41,6 +41,7 @@ from agentproc.providers._common import (
     interrupted,
     is_context_overflow,
     is_transport_error,
+    not_found_hint,
     optional_str,
     retry_after_seconds,
     root_cause,
@@ -81,8 +82,15 @@ class OpenAIProvider:
     """One `AsyncOpenAI` client per agent process, reused across Turns for connection pooling."""
 
     def __init__(
-        self, spec: ModelSpec, api_key: str | None, policy: RetryPolicy | None = None
+        self,
+        spec: ModelSpec,
+        api_key: str | None,
+        policy: RetryPolicy | None = None,
+        *,
+        endpoint_field: str = ENDPOINT_FIELD,
     ) -> None:
+        """`endpoint_field`: where the endpoint was set, for the errors' hints."""
+        self._endpoint_field = endpoint_field
         self._model = spec.model
         self._endpoint = spec.endpoint or DEFAULT_ENDPOINT
         self.label = f"model '{self._model}' at {self._endpoint}"
@@ -236,7 +244,12 @@ class OpenAIProvider:
         return self.label
 
     def _unreachable(self, exc: openai.APIConnectionError) -> ModelError:
-        return unreachable(self._where(), exc, timed_out=isinstance(exc, openai.APITimeoutError))
+        return unreachable(
+            self._where(),
+            exc,
+            timed_out=isinstance(exc, openai.APITimeoutError),
+            endpoint_field=self._endpoint_field,
+        )
 
     def _interrupted(self, reason: str, count: int) -> ModelError:
         return interrupted(self._where(), reason, count, "chunks")
@@ -280,7 +293,10 @@ class OpenAIProvider:
             detail,
             retry_after,
             overflow=is_context_overflow(status, exc.body, detail),
-            hints={404: NOT_FOUND_HINT + " (OpenAI-compatible servers usually serve under /v1)"},
+            hints={
+                404: not_found_hint(self._endpoint_field)
+                + " (OpenAI-compatible servers usually serve under /v1)"
+            },
         )
 
 

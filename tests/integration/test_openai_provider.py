@@ -305,6 +305,31 @@ async def test_unreachable_endpoint_names_it() -> None:
     assert "connection refused" in str(caught.value)
 
 
+async def test_unreachable_endpoint_says_where_it_was_set(monkeypatch) -> None:
+    """The hint names the place the URL came from: the variable when the Model sets none, a
+    fallback's own field for a fallback's endpoint."""
+    from_variable = f"http://127.0.0.1:{closed_port()}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", from_variable)
+
+    with pytest.raises(ModelError) as caught:
+        await complete(provider_for(None), ask())
+
+    assert from_variable in str(caught.value)
+    assert str(caught.value).endswith("; check $OPENAI_BASE_URL")
+
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    backup = f"http://127.0.0.1:{closed_port()}/v1"
+    primary = f"http://127.0.0.1:{closed_port()}/v1"
+    provider = provider_for(primary, fallbacks=[{"model": "gpt-backup", "endpoint": backup}])
+    with pytest.raises(ModelError) as caught:
+        await complete(provider, ask())
+
+    assert f"{primary}: connection refused" in str(caught.value)
+    assert "check Model.spec.endpoint" in str(caught.value)
+    assert f"{backup}: connection refused" in str(caught.value)
+    assert "check Model.spec.options.fallbacks[0].endpoint" in str(caught.value)
+
+
 async def test_slow_server_times_out_per_timeout_seconds(server: FakeOpenAIServer) -> None:
     server.queue_reply(text="too late", delay_seconds=2.0)
 
