@@ -448,7 +448,8 @@ class TurnRun:
                 return self.result("error", message, ErrorDetail(state.stop.code, message))
             if step.status == "failed":
                 error = step.error or ErrorDetail(ErrorCode.E_STEP_FAILED, "the step failed")
-                text = f"The model call failed ({error.code}): {error.message}"
+                # The requester gets the code beside this text: not in it a second time.
+                text = f"The model call failed: {error.message}"
                 self.append(Message(id=self.next_id(), role="assistant", content=text))
                 return self.result("error", text, ErrorDetail(error.code, text))
             if not step.should_continue:

@@ -49,7 +49,9 @@ async def test_model_errors_end_the_turn_with_their_code(tmp_path):
     inst = instance(tmp_path)
     outcome = await turn(agent(model), inst)
     assert (outcome.finish_reason, outcome.error_code) == ("error", "E_MODEL_RATE_LIMIT")
-    assert (inst.conversation.messages[-1].content or "").startswith("The model call failed")
+    # The code goes beside the text to the requester, so the text does not repeat it.
+    assert outcome.text == "The model call failed: rate limited for good"
+    assert inst.conversation.messages[-1].content == outcome.text
     assert [e.type for e in events(inst)][-2:] == ["step.failed", "turn.failed"]
 
 
