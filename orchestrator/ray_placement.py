@@ -243,20 +243,38 @@ class ClusterUnreachable(OSError):
 CONNECT_TIMEOUT_S = 5.0
 
 
+RAY_CLIENT_PORT = 10001  # Ray Client's default, for a `ray://HOST` address
+
+
 def check_reachable(address: str) -> None:
-    """A HOST:PORT cluster address must accept a TCP connection: against a wrong one Ray's own
-    connect retries for minutes, and every launch would wait on it. Other forms (`auto`,
-    `ray://...`) are left to Ray. Raises `ClusterUnreachable`."""
-    host, sep, port = address.rpartition(":")
-    if "://" in address or not sep or not port.isdigit():
+    """A HOST:PORT or `ray://HOST[:PORT]` cluster address must accept a TCP connection:
+    against a wrong one Ray's own connect retries for minutes, and every launch would wait on
+    it. Other forms (`auto`) are left to Ray. Raises `ClusterUnreachable`."""
+    where = _host_port(address)
+    if where is None:
         return
     try:
-        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection(where, timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise ClusterUnreachable(
             f"the Ray cluster at {address} cannot be reached ({exc.strerror or exc}): is it "
             "running, and is this its head node's address (`ray start --head` prints it)?"
         ) from None
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    scheme, sep, rest = address.rpartition("://")
+    if sep and scheme != "ray":
+        return None
+    rest = rest.split("/", 1)[0]
+    host, colon, port = rest.rpartition(":")
+    if not colon or "]" in port:  # no port: Ray Client's for ray://, else not an address
+        if not sep:
+            return None
+        host, port = rest, str(RAY_CLIENT_PORT)
+    if not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
 
 
 def _start_failure(exc: BaseException) -> str:

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from tests.e2e.conftest import goondan, write_bundle
 
 BUNDLE = """\
@@ -75,17 +77,19 @@ def test_placement_ray_without_ray_installed_is_a_clear_start_error(tmp_path, st
     assert not (state_root / "run" / "orchestrator.json").exists()  # nothing was started
 
 
-def test_a_ray_address_nothing_listens_at_is_said_at_once(tmp_path, state_root):
-    """Ray's own connect retries for minutes against a wrong address; goondan says so at
-    the first launch, in the answer (and `status`), and tries again at the next one."""
+@pytest.mark.parametrize("form", ["127.0.0.1:{port}", "ray://127.0.0.1:{port}"])
+def test_a_ray_address_nothing_listens_at_is_said_at_once(tmp_path, state_root, form):
+    """Ray's own connect retries for minutes against a wrong address (a cluster's, or a Ray
+    Client server's); goondan says so at the first launch, in the answer (and `status`),
+    and tries again at the next one."""
     with socket.socket() as s:  # a port nothing listens at
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+        address = form.format(port=s.getsockname()[1])
     bundle = write_bundle(tmp_path / "b", BUNDLE)
     proc = goondan(
-        "run", str(bundle), "--placement", "ray", "--ray-address", f"127.0.0.1:{port}",
+        "run", str(bundle), "--placement", "ray", "--ray-address", address,
         "--state-root", str(state_root), "--input", "hi",
     )  # fmt: skip
     assert proc.returncode == 1
-    assert f"the Ray cluster at 127.0.0.1:{port} cannot be reached" in proc.stderr
+    assert f"the Ray cluster at {address} cannot be reached" in proc.stderr
     assert "Traceback" not in proc.stderr
