@@ -60,6 +60,7 @@ class InFlight:
 
     __slots__ = (
         "oid",
+        "seq",
         "requester",
         "target",
         "frame",
@@ -71,9 +72,16 @@ class InFlight:
     )
 
     def __init__(
-        self, oid: str, requester: Requester, target: str, frame: bytes, trace_id: str | None
+        self,
+        oid: str,
+        seq: int,
+        requester: Requester,
+        target: str,
+        frame: bytes,
+        trace_id: str | None,
     ) -> None:
         self.oid = oid
+        self.seq = seq  # unique in this process, unlike `oid` (the journal's replays reuse it)
         self.requester = requester
         self.target = target
         self.frame = frame
@@ -112,8 +120,13 @@ class Router:
         # Ids are unique across restarts (the journal replays requests under their old id).
         self._boot = secrets.token_hex(3)
         self._ids = itertools.count(1)
+        self._seqs = itertools.count(1)
         self.pending: dict[str, InFlight] = {}
-        self._timeouts = Timeouts(self._is_open, self._expire)
+        # Watched by (oid, seq), not by the request itself: an answered request's deadline
+        # stays in the heap a while, and the request with it would live on into the garbage
+        # collector's older generations (at 1,000 agents a collection of them every ~2 s took
+        # 3-5 ms of CPU, every route waiting; docs/performance.md, figure 14).
+        self._timeouts: Timeouts[tuple[str, int]] = Timeouts(self._is_open, self._expire)
         self._by_target: dict[str, dict[str, None]] = {name: {} for name in agents}
         self._ready: set[str] = set()
         # Frames waiting for the agent's process, with the request they belong to (if any).
@@ -169,11 +182,11 @@ class Router:
                 requester, target, ErrorCode.MESSAGE_TOO_LARGE, str(exc), env.trace_id
             )
             return None
-        pending = InFlight(oid, requester, target, frame, env.trace_id)
+        pending = InFlight(oid, next(self._seqs), requester, target, frame, env.trace_id)
         pending.timeout_ms = routing.timeout_ms or self._request_timeout_ms
         if self._measure:
             pending.started = time.monotonic()
-        self._timeouts.add(pending, pending.timeout_ms / 1000, len(self.pending))
+        self._timeouts.add((oid, pending.seq), pending.timeout_ms / 1000, len(self.pending))
         self.pending[oid] = pending
         self._by_target[target][oid] = None
         pending.deliveries = 1
@@ -370,11 +383,13 @@ class Router:
                 self._log.exception("settling a request failed", oid=oid)
         return pending
 
-    def _is_open(self, pending: InFlight) -> bool:
-        # By identity: a request id reused after a restart is another request.
-        return self.pending.get(pending.oid) is pending
+    def _is_open(self, key: tuple[str, int]) -> bool:
+        # By its number too: a request id reused after a restart is another request.
+        pending = self.pending.get(key[0])
+        return pending is not None and pending.seq == key[1]
 
-    def _expire(self, pending: InFlight) -> None:
+    def _expire(self, key: tuple[str, int]) -> None:
+        pending = self.pending[key[0]]
         self._finish(pending.oid, "timeout")
         # If it still waits in the inbox, `agent_ready` skips it; if delivered, the late
         # answer is dropped.

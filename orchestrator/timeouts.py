@@ -6,7 +6,9 @@ Here a request's deadline is an entry in a heap and one timer waits for the earl
 answered request leaves its entry behind: the entry is skipped when its time comes (the caller
 says which requests are still open), and the heap is rebuilt when such entries far outnumber the
 open ones. Most requests share the default timeout, so a new deadline is rarely the earliest
-and routing a request touches no timer at all.
+and routing a request touches no timer at all. An entry holds what the caller watches: a small
+key, not the request, so that an answered request is freed at once rather than when its entry
+leaves the heap.
 """
 
 from __future__ import annotations

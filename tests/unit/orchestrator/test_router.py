@@ -1,11 +1,12 @@
 """The router's rules, driven directly: every delegate gets exactly one delegate_result."""
 
 import asyncio
+import gc
 
 import pytest
 
 from ipc import wire, zmtp
-from orchestrator.router import Requester, Router
+from orchestrator.router import InFlight, Requester, Router
 
 
 class RecordingOutbox:
@@ -157,6 +158,26 @@ async def test_a_reused_request_id_is_not_timed_out_by_the_request_before(setup)
     await asyncio.sleep(0.06)
     assert len(outbox.answers) == 1  # the first answer only: the second request is still open
     assert "old-7" in router.pending
+
+
+async def test_an_answered_request_is_freed_at_once(setup):
+    """Its deadline stays in the timeout heap until it passes or the heap is rebuilt; the
+    request itself must not stay with it: kept alive, thousands of answered requests moved
+    into the garbage collector's older generations, whose collections paused routing."""
+    router, outbox, _ = setup
+    outbox.running.add("b")
+    router.agent_ready("b")
+    for i in range(50):
+        cid = f"freed-{i}"
+        router.delegate(Requester("agent", b"a", cid), delegate("b", cid=cid))
+        router.result(*reply_to(outbox.to_agents[-1][1], "pong"))
+    assert len(outbox.results()) == 50 and router.pending == {}
+    alive = [
+        o
+        for o in gc.get_objects()
+        if type(o) is InFlight and (o.requester.correlation_id or "").startswith("freed-")
+    ]
+    assert alive == []
 
 
 async def test_crash_redelivers_once_then_fails_with_agent_crashed(setup):
