@@ -272,6 +272,10 @@ class Soak:
             "agentKills": self.attacks["kill_agent"],
             "orphanedAgents": self.orphans,
             "diskFullEpisodes": self.attacks["disk_full"],
+            # When each crash (a kill, a death, a respawn seen) and each disk-full episode's
+            # end happened: what a duplicate's ledger lines are read against.
+            "crashTimes": [round(t, 3) for t in self.crash_times],
+            "diskFreedTimes": [round(t, 3) for t in self.disk_freed_times],
             "peakRssKiB": dict(self.peak),
             "attacks": attacks_run,
             "lastAttackNotes": self.notes,

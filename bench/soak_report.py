@@ -56,6 +56,9 @@ class Fates(msgspec.Struct):
     wrong_samples: list[str] = []  # the first few unexpected `ok` texts
     lost_details: list[str] = []  # "<id>: client saw <outcome>, ledger <roles>" (first 50)
     duplicated_ids: list[str] = []
+    # "<id>: client saw <outcome>, <n> answers, journaled or not; ledger <role> pid <pid> at
+    # <time> turn <id>, ..." (first 50): what tells a redelivery from a turn run twice
+    duplicated_details: list[str] = []
 
     @property
     def duplicated(self) -> int:
@@ -120,12 +123,21 @@ def classify(
             )
         if req.answers > 1:
             fates.duplicated_answers += 1
-            fates.duplicated_ids.append(req.request_id)
         elif _turn_twice_without_crash(
             lines, redelivered_journaled if req.request_id in journal_ids else crash_times
         ):
             fates.duplicated_turns += 1
-            fates.duplicated_ids.append(req.request_id)
+        else:
+            continue
+        fates.duplicated_ids.append(req.request_id)
+        journaled = "journaled" if req.request_id in journal_ids else "not journaled"
+        shown = ", ".join(
+            f"{line.role} pid {line.pid} at {line.at:.3f} turn {line.turn_id}" for line in lines
+        )
+        fates.duplicated_details.append(
+            f"{req.request_id}: client saw {req.outcome}, {req.answers} answers, {journaled}; "
+            f"ledger {shown or 'empty'}"
+        )
     fates.client_outcomes = dict(outcomes)
     fates.error_codes = dict(codes)
     return fates
@@ -201,6 +213,7 @@ def to_json(fates: Fates) -> dict[str, Any]:
     camel["lostIds"] = camel["lostIds"][:50]
     camel["duplicatedIds"] = camel["duplicatedIds"][:50]
     camel["lostDetails"] = camel["lostDetails"][:50]
+    camel["duplicatedDetails"] = camel["duplicatedDetails"][:50]
     return camel
 
 

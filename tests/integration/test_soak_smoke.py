@@ -60,7 +60,11 @@ def test_soak_runs_every_attack_and_counts_every_request() -> None:
     assert sum(fates[kind] for kind in kinds) == fates["sent"], context
     kinds = ("answered", "failed", "lost")
     assert sum(fates[kind] for kind in kinds) == fates["accepted"], context
-    assert report["duplicated"] == 0, context
+    assert report["duplicated"] == 0, (
+        report["fates"]["duplicatedDetails"],
+        report["crashTimes"],
+        report["diskFreedTimes"],
+    )
     assert report["journalDrained"], context
     assert report["peakRssKiB"]["orchestrator"] > 0 and report["peakRssKiB"]["agents"] > 0
     assert fates["forgedAnswers"] == 0, context  # only the target's own answer counts

@@ -72,3 +72,18 @@ def test_a_journaled_input_run_again_once_the_disk_had_room_is_no_duplicate() ->
     assert sorted(fates.duplicated_ids) == ["r-client", "r-early"]
     crash_only = classify(requests, journal, ledger, [1.0], {})
     assert sorted(crash_only.duplicated_ids) == ["r-client", "r-early", "r-replayed"]
+
+
+def test_a_duplicate_is_told_with_its_ledger_lines() -> None:
+    """What a reader needs to tell a redelivery from a turn run twice: the client's view,
+    whether it was journaled, and every ledger line with its process, time and turn."""
+    requests = [interrupted_request("r-twice")]
+    ledger = [
+        LedgerLine("r-twice", "worker", 7, "t1", 10.0),
+        LedgerLine("r-twice", "worker", 7, "t2", 14.0),
+    ]
+    fates = classify(requests, {}, ledger, [], {})
+    assert fates.duplicated_details == [
+        "r-twice: client saw interrupted, 0 answers, not journaled; "
+        "ledger worker pid 7 at 10.000 turn t1, worker pid 7 at 14.000 turn t2"
+    ]
