@@ -205,7 +205,8 @@ def _parameters(chk: Checker, path: tuple[str | int, ...], value: Any) -> dict[s
             "write 'type: object' with 'properties: {...}'",
         )
         return None
-    unknown = _unknown_type(data, ())
+    problem = _schema_problem(json.dumps(data, sort_keys=True, default=str))
+    unknown = _unknown_type(data, ()) if problem else None  # only then: loads are many
     if unknown is not None:
         where, kind = unknown
         chk.error(
@@ -214,7 +215,6 @@ def _parameters(chk: Checker, path: tuple[str | int, ...], value: Any) -> dict[s
             f"use one of: {', '.join(sorted(_JSON_TYPES))}",
         )
         return None
-    problem = _schema_problem(json.dumps(data, sort_keys=True, default=str))
     if problem:
         chk.error(
             path,
@@ -227,19 +227,19 @@ def _parameters(chk: Checker, path: tuple[str | int, ...], value: Any) -> dict[s
 
 _JSON_TYPES = frozenset({"array", "boolean", "integer", "null", "number", "object", "string"})
 # Keywords whose value is a schema, a list of schemas, or a map of names to schemas.
-_SUBSCHEMA = frozenset(
+_ONE_SCHEMA = frozenset(
     {"additionalItems", "additionalProperties", "contains", "else", "if", "items", "not"}
     | {"propertyNames", "then", "unevaluatedItems", "unevaluatedProperties"}
 )
-_SUBSCHEMAS = frozenset({"allOf", "anyOf", "items", "oneOf", "prefixItems"})
-_NAMED_SUBSCHEMAS = frozenset(
+_LIST_OF_SCHEMAS = frozenset({"allOf", "anyOf", "items", "oneOf", "prefixItems"})
+_NAMED_SCHEMAS = frozenset(
     {"$defs", "definitions", "dependentSchemas", "patternProperties", "properties"}
 )
 
-SchemaPath = tuple[str | int, ...]
+_SchemaPath = tuple[str | int, ...]
 
 
-def _unknown_type(schema: Any, where: SchemaPath) -> tuple[SchemaPath, str] | None:
+def _unknown_type(schema: Any, where: _SchemaPath) -> tuple[_SchemaPath, str] | None:
     """Where a `type` names no JSON type, and what it names: fastjsonschema says only
     "Unknown type", not which nor where."""
     if not isinstance(schema, dict):
@@ -249,12 +249,12 @@ def _unknown_type(schema: Any, where: SchemaPath) -> tuple[SchemaPath, str] | No
         if isinstance(one, str) and one not in _JSON_TYPES:
             return (*where, "type"), one
     for key, value in schema.items():
-        children: list[tuple[SchemaPath, Any]] = []
-        if key in _SUBSCHEMAS and isinstance(value, list):
+        children: list[tuple[_SchemaPath, Any]] = []
+        if key in _LIST_OF_SCHEMAS and isinstance(value, list):
             children = [((*where, key, i), item) for i, item in enumerate(value)]
-        elif key in _SUBSCHEMA:
+        elif key in _ONE_SCHEMA:
             children = [((*where, key), value)]
-        elif key in _NAMED_SUBSCHEMAS and isinstance(value, dict):
+        elif key in _NAMED_SCHEMAS and isinstance(value, dict):
             children = [((*where, key, name), item) for name, item in value.items()]
         for child_where, child in children:
             found = _unknown_type(child, child_where)
