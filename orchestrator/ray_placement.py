@@ -241,8 +241,6 @@ class ClusterUnreachable(OSError):
 
 
 CONNECT_TIMEOUT_S = 5.0
-
-
 RAY_CLIENT_PORT = 10001  # Ray Client's default, for a `ray://HOST` address
 
 
@@ -263,6 +261,7 @@ def check_reachable(address: str) -> None:
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
+    """Where a cluster address would be reached over TCP; None for a form that is not one."""
     scheme, sep, rest = address.rpartition("://")
     if sep and scheme != "ray":
         return None
