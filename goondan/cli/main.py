@@ -304,8 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--ray-address",
         metavar="ADDR",
-        help="with --placement ray: the Ray cluster to join "
-        "(default: $GOONDAN_RAY_ADDRESS, else Ray's own default)",
+        help="with --placement ray: the Ray cluster to join, HOST:PORT of its head or "
+        "ray://HOST[:PORT] of a Ray Client server; one nothing listens at is an error at the "
+        "first launch (default: $GOONDAN_RAY_ADDRESS, else Ray's own default)",
     )
     p.add_argument(
         "--listen",
