@@ -11,9 +11,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test check lint bench soak docs clean
+.PHONY: install bytecode run test check lint bench soak docs clean
 
 install: $(STAMP)
+
+# The project's own modules compiled to bytecode, as pip compiles an installed package: an
+# editable install leaves that to the interpreter, which writes none where
+# PYTHONDONTWRITEBYTECODE is set (many containers set it), and then every daemon, CLI command
+# and tool subprocess compiles each module it imports from source again (~0.1 s of each
+# start; `goondan run --input` took 0.43 s instead of 0.31). Only what changed is compiled again.
+PACKAGES := ipc goondan agentproc orchestrator base_tools tests bench
+bytecode: install
+	$(BIN)/python -m compileall -q $(PACKAGES) > /dev/null
 
 # Re-install only when the project definition changes; editable, so code edits need nothing.
 $(STAMP): pyproject.toml
@@ -22,26 +31,26 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test,dev,otel,ray,bench]'
 	touch $(STAMP)
 
-run: install
+run: bytecode
 	$(BIN)/goondan run configs/quickstart --log-level warning --transcript \
 		--input "What is 19 plus 23? Ask the researcher for a fun fact too."
 
-test: install
+test: bytecode
 	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal -m 'not serial'
 	$(BIN)/python -m pytest -q -m serial
 
-bench: install
+bench: bytecode
 	$(BIN)/python -m bench
 
 # Not part of `make test`: N minutes of real delegations under attack, then a count (as root:
 # the state root is a small tmpfs the soak mounts and fills). Exit 1 if anything was lost.
 MINUTES ?= 10
-soak: install
+soak: bytecode
 	$(BIN)/python -m bench.soak --minutes $(MINUTES) --report soak.json
 
 # Lint, format and types, with the versions pinned in the `dev` extra (what CI and pre-commit
 # run). mypy reads its files and --strict from pyproject.toml.
-CHECKED := ipc goondan agentproc orchestrator base_tools tests bench
+CHECKED := $(PACKAGES)
 check: install
 	$(BIN)/ruff check $(CHECKED)
 	$(BIN)/ruff format --check $(CHECKED)
