@@ -44,7 +44,7 @@ def supported() -> bool:
 class Immortalizer:
     """Makes the objects the collector lists, and those they hold, immortal, in pieces: the
     template does it while no launch waits, and a launch is not kept waiting for the whole
-    (~100 ms for the agent runtime's ~100,000 objects).
+    (~75 ms for the agent runtime's ~100,000 objects; 145 ms one object at a time).
 
     The collector lists the objects that can hold others (frozen ones only once unfrozen);
     what they hold is found through `gc.get_referents`, and what a code object holds (its
@@ -69,22 +69,27 @@ class Immortalizer:
             gc.collect()  # nothing unreachable may become immortal: it could never be freed
             self.todo = gc.get_objects()
         todo = self.todo
-        count_of = ctypes.c_ssize_t.from_address
+        count_of = sys.getrefcount  # reads the count without a ctypes object per object
+        count_at = ctypes.c_ssize_t.from_address
         code_type = types.CodeType
         while todo:
-            for _ in range(min(self.PIECE, len(todo))):
-                obj = todo.pop()
-                count = count_of(id(obj))
+            piece = todo[-self.PIECE :]
+            del todo[-self.PIECE :]
+            holders: list[object] = []  # what they hold is listed in one call for the piece
+            for obj in piece:
                 # Already immortal: made so by CPython, or by us, which also marks it as seen
                 # (no set of the objects seen, which would take memory every child carries).
-                if count.value & _IMMORTAL_BIT:
+                if count_of(obj) & _IMMORTAL_BIT:
                     continue
-                count.value = IMMORTAL
+                count_at(id(obj)).value = IMMORTAL
                 self.made += 1
                 if type(obj) is code_type:
                     todo.extend(_held_by_code(obj))
                 else:
-                    todo.extend(gc.get_referents(obj))
+                    holders.append(obj)
+            if holders:
+                todo.extend(gc.get_referents(*holders))
+            del piece, holders
             if todo and interrupted():
                 return False
         return True
