@@ -22,6 +22,7 @@ from agentproc.log_limit import LogLimit
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
+from agentproc.settle_schedule import SettleSchedule
 from agentproc.spare_files import SpareFiles
 from agentproc.turn import (
     AgentDefinition,
@@ -135,8 +136,7 @@ class AgentProcess:
         self._heartbeat_interval_s = settings.heartbeat_interval_s(self._report_counts)
         self._cancel_wait_s = agent.cancel_wait_s
         self._quiet_s = agent.quiet_s
-        # Set when an instance is loaded or ends a turn: it may need settling (below).
-        self._maybe_unsettled = asyncio.Event()
+        self._settles = SettleSchedule(self._quiet_s, self._settle_quiet)
         self._fold_events_bytes = storage.fold_events_bytes
         self.events = RuntimeEventLog(  # every instance's
             self._dirs.agent_dir(self.name),
@@ -377,7 +377,7 @@ class AgentProcess:
             events_fd=events_fd,
             fsync_syncs_new_entries=self._fsync_syncs_new_entries,
         ).load()
-        self._maybe_unsettled.set()
+        self._settles.touched(time.monotonic())
         if len(self._instances) > self._max_loaded:
             self._unload_least_recent()
         return instance
@@ -497,10 +497,9 @@ class AgentProcess:
             task.uncancel()
         self._reply(job, result)
         instance.last_turn_at = time.monotonic()
-        self._maybe_unsettled.set()
         # The turn's events are already with the OS, so the answer is safe from a crash. An
         # fsync would cost more than the turn itself: it waits until the instance goes quiet
-        # (`_settle_quiet_instances`) or the agent stops; with `durability: fsync` every event
+        # (`_settle_quiet`, below) or the agent stops; with `durability: fsync` every event
         # was fsync'd before the loop went on. The fold only compacts (it rewrites the whole
         # conversation, three fsyncs with a new inode): it waits until the events grow large,
         # whatever the durability.
@@ -510,11 +509,19 @@ class AgentProcess:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
         self.events.write_if_due()  # after the answer
+        self._settles.touched(instance.last_turn_at)  # other instances gone quiet, if due
         if self.spares.wanted() and self._spares_refill is None:
-            # Not now: the answer just sent woke its reader, which a kernel without preemption
-            # may run on this CPU only once we block, and a spare is ~200 µs of file system
-            # work on a cold cache (docs/performance.md, "Spares made a little later").
-            self._refill_spares_later()
+            if self.spares.file_is_next():
+                # A file alone (the conversation's key had its directory): cheaper than the
+                # wake-up a timer would cost at scale (docs/performance.md, "Spares' files
+                # made at once").
+                self.spares.make_one()
+            if self.spares.wanted():
+                # Not now: the answer just sent woke its reader, which a kernel without
+                # preemption may run on this CPU only once we block, and a spare's directory
+                # is ~200 µs of file system work on a cold cache (docs/performance.md,
+                # "Spares made a little later").
+                self._refill_spares_later()
 
     def _refill_spares_later(self) -> None:
         self._spares_refill = asyncio.get_running_loop().call_later(
@@ -580,9 +587,9 @@ class AgentProcess:
         self.log.debug("agent ready", pid=os.getpid())
         background = TaskSet(f"agent {self.name}")
         background.spawn(self._heartbeat(), name="heartbeat")
-        background.spawn(self._settle_quiet_instances(), name="settle quiet instances")
         await self._stop.wait()
         await background.close()
+        self._settles.close()
         self.approvals.park_all()  # a human may take hours: their turns resume after a restart
         grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
         try:
@@ -634,24 +641,24 @@ class AgentProcess:
         """SIGTERM: finish what is running and exit, as for a `shutdown` message."""
         self._stop.set()
 
-    async def _settle_quiet_instances(self) -> None:
-        """Sync and unload the instances that changed and then had no turn for `quiet_s`.
-        With none left to settle it waits for a turn or a load instead of a timer: an idle
-        agent wakes only for its heartbeat (1,000 idle agents, each woken every `quiet_s / 2`
-        too, would cost a cold process switch each time)."""
-        while True:
-            if not any(instance.conversation.dirty for instance in self._instances.values()):
-                self._maybe_unsettled.clear()
-                await self._maybe_unsettled.wait()
-            await asyncio.sleep(self._quiet_s / 2)
-            quiet_since = time.monotonic() - self._quiet_s
-            for key, instance in self._instances.items():
-                if (
-                    instance.conversation.dirty
-                    and instance.last_turn_at <= quiet_since
-                    and not self.queues.is_busy(key)
-                ):
+    def _settle_quiet(self, now: float) -> float | None:
+        """Queue a sync and unload for the instances that changed and then had no turn for
+        `quiet_s`; when the next may be due (`SettleSchedule`), None when nothing changed.
+        One with a turn running, or whose settle is queued now, is looked at again after
+        `quiet_s` (a settle that failed leaves it changed)."""
+        quiet_since, again = now - self._quiet_s, now + self._quiet_s
+        due: float | None = None
+        for key, instance in self._instances.items():
+            if not instance.conversation.dirty:
+                continue
+            if instance.last_turn_at > quiet_since:
+                when = instance.last_turn_at + self._quiet_s
+            else:
+                if not self.queues.is_busy(key):
                     self.queues.submit(key, Settle())
+                when = again
+            due = when if due is None else min(due, when)
+        return due
 
     async def _heartbeat(self) -> None:
         """Say the loop is alive when nothing else did: the orchestrator takes any frame from

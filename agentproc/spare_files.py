@@ -105,6 +105,11 @@ class SpareFiles:
     def wanted(self) -> bool:
         return len(self._ready) < self._count
 
+    def file_is_next(self) -> bool:
+        """Whether `make_one`'s next step is a spare's file alone (~30 µs on a cold cache, a
+        directory several times that): the spare whose file went into a key's directory."""
+        return self._adopted and bool(self._emptied)
+
     def refill(self) -> None:
         """Make spares up to `count`, all at once (`make_one` until it has nothing to do)."""
         while self.make_one():

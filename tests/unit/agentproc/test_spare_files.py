@@ -14,6 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from agentproc import process
 from agentproc.conversation import read_messages
 from agentproc.spare_files import SPARES_PER_BATCH, SpareFiles
 from goondan.files import skips_recently_freed_inodes
@@ -105,6 +106,27 @@ async def test_new_conversations_take_spares_made_after_a_turn(tmp_path: Path) -
     spares = spare_dirs(paths)
     assert len(spares) == DEFAULTS.agent.spare_conversations
     assert all((s / EVENTS).stat().st_size == 0 for s in spares)
+
+
+async def test_a_spares_file_alone_is_made_again_with_the_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation whose key had its directory took a spare's file alone: the agent makes
+    that file again right after its answer (cheaper than a wake-up later); a spare's directory
+    waits for the refill's timer, here far away."""
+    paths = StatePaths.at(tmp_path / "state")
+    key_another_agent_uses(paths, "shared")
+    async with running_agent(tmp_path, "You said: {{input}}") as orchestrator:
+        assert (await orchestrator.ask("first", "zero")).status == "ok"
+        await spares_made_again(paths)
+        monkeypatch.setattr(process, "SPARES_REFILL_DELAY_S", 60.0)
+        assert (await orchestrator.ask("shared", "one")).status == "ok"
+        spares = spare_dirs(paths)
+        assert len(spares) == DEFAULTS.agent.spare_conversations
+        assert all((s / EVENTS).stat().st_size == 0 for s in spares)
+        assert (await orchestrator.ask("fresh", "two")).status == "ok"
+        # The spare became the new key's directory: the next one's waits for the timer.
+        assert len(spare_dirs(paths)) == DEFAULTS.agent.spare_conversations - 1
 
 
 async def test_no_spares_when_turned_off(tmp_path: Path) -> None:

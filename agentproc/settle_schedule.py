@@ -1,0 +1,52 @@
+"""When an agent's quiet instances are synced and unloaded: at the end of a turn once one is
+due, and by a timer only when no turn comes.
+
+An instance that changed and then had no turn for `quiet_s` is fsync'd and unloaded (the
+agent's `_settle_quiet`). Looking for such instances on a timer of their own woke every busy
+agent every `quiet_s / 2`: at 1,000 agents, each wake-up of a process whose caches others have
+emptied costs ~200 µs of CPU (docs/performance.md, "Settles at a turn's end"). A busy agent is
+awake at the end of each of its turns anyway, so it looks then, once the earliest instance may
+be quiet; the timer waits `quiet_s / 2` longer than that, so it fires only for an agent with
+no turn meanwhile. An instance is so settled between `quiet_s` and `1.5 * quiet_s` after its
+last turn, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+
+class SettleSchedule:
+    def __init__(self, quiet_s: float, settle_quiet: Callable[[float], float | None]) -> None:
+        """`settle_quiet(now)` queues the settles of the instances quiet at `now` and returns
+        when the next may be due (None: no instance has anything to settle)."""
+        self._quiet_s = quiet_s
+        self._settle_quiet = settle_quiet
+        self._due: float | None = None  # when the earliest loaded instance may be quiet
+        self._timer: asyncio.TimerHandle | None = None
+
+    def touched(self, now: float) -> None:
+        """An instance was loaded or ended a turn (`now`, on `time.monotonic()`'s clock)."""
+        if self._due is None:
+            self._set(now, now + self._quiet_s)
+        elif now >= self._due:
+            self._set(now, self._settle_quiet(now))
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _set(self, now: float, due: float | None) -> None:
+        self.close()
+        self._due = due
+        if due is not None:
+            delay = due - now + self._quiet_s / 2
+            self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        now = time.monotonic()
+        self._set(now, self._settle_quiet(now))

@@ -1,0 +1,75 @@
+"""When quiet instances are settled (`agentproc.settle_schedule`): at a busy agent's turns' ends,
+and by a timer only for an agent with no turn meanwhile, on a real event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agentproc.settle_schedule import SettleSchedule
+
+QUIET_S = 0.1
+
+
+class Instances:
+    """Each instance's last turn; `settle_quiet` settles those quiet for QUIET_S, recording
+    whether a turn's end or the timer asked."""
+
+    def __init__(self) -> None:
+        self.last_turn: dict[str, float] = {}  # the changed ones, not settled yet
+        self.settled: list[tuple[str, str, float]] = []  # (instance, asked by, quiet for)
+        self.asking = "timer"
+
+    def settle_quiet(self, now: float) -> float | None:
+        for name, last in list(self.last_turn.items()):
+            if now - last >= QUIET_S:
+                self.settled.append((name, self.asking, now - last))
+                del self.last_turn[name]
+        return min((last + QUIET_S for last in self.last_turn.values()), default=None)
+
+    def turn(self, schedule: SettleSchedule, name: str) -> None:
+        now = time.monotonic()
+        self.last_turn[name] = now
+        self.asking = "turn"
+        schedule.touched(now)
+        self.asking = "timer"
+
+
+async def test_a_busy_agent_settles_at_its_turns_ends_and_is_not_woken_for_it() -> None:
+    instances = Instances()
+    schedule = SettleSchedule(QUIET_S, instances.settle_quiet)
+    instances.turn(schedule, "old")
+    for _ in range(40):  # another instance's turns, every 10 ms (under QUIET_S / 2)
+        await asyncio.sleep(0.01)
+        instances.turn(schedule, "busy")
+    assert [(name, by) for name, by, _ in instances.settled] == [("old", "turn")]
+    _, _, quiet_for = instances.settled[0]
+    assert QUIET_S <= quiet_for < QUIET_S + 0.05  # at the first turn's end once due
+    schedule.close()
+
+
+async def test_an_agent_with_no_turn_is_woken_to_settle_within_half_the_quiet_time() -> None:
+    instances = Instances()
+    schedule = SettleSchedule(QUIET_S, instances.settle_quiet)
+    instances.turn(schedule, "k")
+    await asyncio.sleep(QUIET_S * 2)
+    assert [(name, by) for name, by, _ in instances.settled] == [("k", "timer")]
+    _, _, quiet_for = instances.settled[0]
+    assert QUIET_S <= quiet_for < QUIET_S * 1.5 + 0.05
+    # Nothing left to settle: no timer until the next turn.
+    settled = len(instances.settled)
+    await asyncio.sleep(QUIET_S * 2)
+    assert len(instances.settled) == settled
+    instances.turn(schedule, "k")
+    await asyncio.sleep(QUIET_S * 2)
+    assert [name for name, _, _ in instances.settled] == ["k", "k"]
+    schedule.close()
+
+
+async def test_a_closed_schedule_settles_nothing_more() -> None:
+    instances = Instances()
+    schedule = SettleSchedule(QUIET_S, instances.settle_quiet)
+    instances.turn(schedule, "k")
+    schedule.close()
+    await asyncio.sleep(QUIET_S * 2)
+    assert instances.settled == []
