@@ -509,20 +509,24 @@ class AgentProcess:
         if restart_reason is not None:
             request = wire.RestartRequest(restart_reason)
             self._send(wire.encode(wire.RESTART_REQUEST, self.name, wire.ORCHESTRATOR, request))
-        self.events.write_if_due()  # after the answer
-        self._settles.touched(instance.last_turn_at)  # other instances gone quiet, if due
-        self._push_heartbeat(instance.last_turn_at)
+        self._after_answer(instance.last_turn_at)
+
+    def _after_answer(self, now: float) -> None:
+        """The agent's own upkeep, done while it is awake for a turn anyway: at 1,000 agents a
+        wake-up of a cold agent process costs ~200 µs of CPU, so a busy agent is woken for
+        none of it (docs/performance.md, "Settles at a turn's end")."""
+        self.events.write_if_due()
+        self._settles.touched(now)  # other instances gone quiet, if due
+        self._push_heartbeat(now)
         if self.spares.wanted() and self._spares_refill is None:
             if self.spares.file_is_next():
                 # A file alone (the conversation's key had its directory): cheaper than the
-                # wake-up a timer would cost at scale (docs/performance.md, "Spares' files
-                # made at once").
+                # wake-up a timer would cost ("Spares' files made at once").
                 self.spares.make_one()
             if self.spares.wanted():
                 # Not now: the answer just sent woke its reader, which a kernel without
                 # preemption may run on this CPU only once we block, and a spare's directory
-                # is ~200 µs of file system work on a cold cache (docs/performance.md,
-                # "Spares made a little later").
+                # is ~200 µs of file system work on a cold cache ("Spares made a little later").
                 self._refill_spares_later()
 
     def _refill_spares_later(self) -> None:
@@ -668,12 +672,14 @@ class AgentProcess:
         heartbeat (each one wakes the orchestrator: at 200 busy agents, 200 times a second for
         nothing)."""
         now = time.monotonic()
-        if self._report_counts and COUNTERS.changed:  # on the heartbeat
-            self._send_counts()
-        elif now - self._last_sent >= self._heartbeat_interval_s:
-            self._send(wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR))
-        # Next when the interval since the last frame is up (a timer may fire a little early).
-        self._arm_heartbeat(now, max(self._last_sent + self._heartbeat_interval_s - now, 0.001))
+        try:
+            if self._report_counts and COUNTERS.changed:  # on the heartbeat
+                self._send_counts()
+            elif now - self._last_sent >= self._heartbeat_interval_s:
+                self._send(wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR))
+        finally:  # next when the interval since the last frame is up (a timer may fire early)
+            delay = self._last_sent + self._heartbeat_interval_s - now
+            self._arm_heartbeat(now, max(delay, 0.001))
 
     def _arm_heartbeat(self, now: float, delay: float) -> None:
         if self._heartbeat_timer is not None:
@@ -684,11 +690,11 @@ class AgentProcess:
     def _push_heartbeat(self, now: float) -> None:
         """After an answer: the heartbeat's timer is put off, so that an agent with a turn at
         least every half interval is never woken for it (at 1,000 agents each such wake-up
-        costs ~200 µs of CPU). Not with `--metrics`, whose counts ride on every tick."""
-        if (
-            not self._report_counts
-            and now - self._heartbeat_armed_at >= self._heartbeat_interval_s / 2
-        ):
+        costs ~200 µs of CPU). Not with `--metrics`, whose counts ride on every tick, nor once
+        the agent is stopping (its heartbeats end then)."""
+        if self._report_counts or self._stop.is_set():
+            return
+        if now - self._heartbeat_armed_at >= self._heartbeat_interval_s / 2:
             self._arm_heartbeat(now, self._heartbeat_interval_s)
 
     def _send_counts(self) -> None:

@@ -26,21 +26,28 @@ class SettleSchedule:
         self._settle_quiet = settle_quiet
         self._due: float | None = None  # when the earliest loaded instance may be quiet
         self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
 
     def touched(self, now: float) -> None:
         """An instance was loaded or ended a turn (`now`, on `time.monotonic()`'s clock)."""
+        if self._closed:  # the agent is stopping: it syncs every instance as it closes them
+            return
         if self._due is None:
             self._set(now, now + self._quiet_s)
         elif now >= self._due:
             self._set(now, self._settle_quiet(now))
 
     def close(self) -> None:
+        self._closed = True
+        self._cancel()
+
+    def _cancel(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def _set(self, now: float, due: float | None) -> None:
-        self.close()
+        self._cancel()
         self._due = due
         if due is not None:
             delay = due - now + self._quiet_s / 2

@@ -73,3 +73,15 @@ async def test_a_closed_schedule_settles_nothing_more() -> None:
     schedule.close()
     await asyncio.sleep(QUIET_S * 2)
     assert instances.settled == []
+
+
+async def test_a_closed_schedule_ignores_later_turns() -> None:
+    """A stopping agent's last turns settle nothing: it syncs every instance as it closes."""
+    instances = Instances()
+    schedule = SettleSchedule(QUIET_S, instances.settle_quiet)
+    instances.turn(schedule, "old")
+    schedule.close()
+    await asyncio.sleep(QUIET_S * 1.2)
+    instances.turn(schedule, "last")
+    await asyncio.sleep(QUIET_S * 2)
+    assert instances.settled == []
