@@ -67,16 +67,8 @@ async def test_an_agent_with_no_turn_is_woken_to_settle_within_half_the_quiet_ti
 
 
 async def test_a_closed_schedule_settles_nothing_more() -> None:
-    instances = Instances()
-    schedule = SettleSchedule(QUIET_S, instances.settle_quiet)
-    instances.turn(schedule, "k")
-    schedule.close()
-    await asyncio.sleep(QUIET_S * 2)
-    assert instances.settled == []
-
-
-async def test_a_closed_schedule_ignores_later_turns() -> None:
-    """A stopping agent's last turns settle nothing: it syncs every instance as it closes."""
+    """A stopping agent settles nothing more, not even after its last turns: it syncs every
+    instance as it closes them."""
     instances = Instances()
     schedule = SettleSchedule(QUIET_S, instances.settle_quiet)
     instances.turn(schedule, "old")
