@@ -678,8 +678,8 @@ class AgentProcess:
             elif now - self._last_sent >= self._heartbeat_interval_s:
                 self._send(wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR))
         finally:  # next when the interval since the last frame is up (a timer may fire early)
-            delay = self._last_sent + self._heartbeat_interval_s - now
-            self._arm_heartbeat(now, max(delay, 0.001))
+            interval = self._heartbeat_interval_s
+            self._arm_heartbeat(now, max(self._last_sent + interval - now, interval / 100))
 
     def _arm_heartbeat(self, now: float, delay: float) -> None:
         if self._heartbeat_timer is not None:
