@@ -6,8 +6,10 @@ agent's `_settle_quiet`). Looking for such instances on a timer of their own wok
 agent every `quiet_s / 2`: at 1,000 agents, each wake-up of a process whose caches others have
 emptied costs ~200 µs of CPU (docs/performance.md, "Settles at a turn's end"). A busy agent is
 awake at the end of each of its turns anyway, so it looks then, once the earliest instance may
-be quiet; the timer waits `quiet_s / 2` longer than that, so it fires only for an agent with
-no turn meanwhile. An instance is so settled between `quiet_s` and `1.5 * quiet_s` after its
+be quiet; the timer waits `quiet_s / 4` longer than that, so it fires only for an agent with
+no turn meanwhile. Looks come at least `quiet_s / 4` apart, so that instances going quiet one
+after another are settled together, not each at a turn of its own with a look through every
+loaded instance. An instance is so settled between `quiet_s` and `1.5 * quiet_s` after its
 last turn, as before.
 """
 
@@ -48,10 +50,11 @@ class SettleSchedule:
 
     def _set(self, now: float, due: float | None) -> None:
         self._cancel()
-        self._due = due
         if due is not None:
-            delay = due - now + self._quiet_s / 2
+            due = max(due, now + self._quiet_s / 4)
+            delay = due - now + self._quiet_s / 4
             self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+        self._due = due
 
     def _fire(self) -> None:
         self._timer = None

@@ -79,3 +79,28 @@ async def test_a_closed_schedule_settles_nothing_more() -> None:
     instances.turn(schedule, "last")
     await asyncio.sleep(QUIET_S * 2)
     assert instances.settled == []
+
+
+async def test_instances_going_quiet_one_after_another_are_settled_together() -> None:
+    """Ten instances whose last turns came 10 ms apart, then another instance's turns every
+    10 ms: the instances are looked through a few times, not at every turn once due."""
+    instances = Instances()
+    looks = 0
+
+    def settle_quiet(now: float) -> float | None:
+        nonlocal looks
+        looks += 1
+        return instances.settle_quiet(now)
+
+    schedule = SettleSchedule(QUIET_S, settle_quiet)
+    for n in range(10):
+        instances.turn(schedule, f"k{n}")
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    while time.monotonic() - started < QUIET_S * 1.2:
+        await asyncio.sleep(0.01)
+        instances.turn(schedule, "busy")
+    assert sorted(name for name, _, _ in instances.settled) == [f"k{n}" for n in range(10)]
+    assert looks <= 3
+    assert all(QUIET_S <= quiet_for < QUIET_S * 1.5 for _, _, quiet_for in instances.settled)
+    schedule.close()
