@@ -156,6 +156,7 @@ class AgentProcess:
         self._fsync_syncs_new_entries = file_fsync_syncs_new_entries(self._dirs.instances)
         self._inline_syncs = inline_syncs or InlineSyncs()
         self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
+        self._heartbeat_frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
         self._heartbeat_timer: asyncio.TimerHandle | None = None
         self._heartbeat_armed_at = 0.0
         self._stop = asyncio.Event()
@@ -676,7 +677,7 @@ class AgentProcess:
             if self._report_counts and COUNTERS.changed:  # on the heartbeat
                 self._send_counts()
             elif now - self._last_sent >= self._heartbeat_interval_s:
-                self._send(wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR))
+                self._send(self._heartbeat_frame)
         finally:  # next when the interval since the last frame is up (a timer may fire early)
             interval = self._heartbeat_interval_s
             self._arm_heartbeat(now, max(self._last_sent + interval - now, interval / 100))
