@@ -15,6 +15,7 @@ import structlog
 
 from agentproc.approvals import ApprovalWaits
 from agentproc.counters import COUNTERS
+from agentproc.heartbeat import Heartbeat
 from agentproc.inline_syncs import InlineSyncs
 from agentproc.instance import Instance
 from agentproc.instance_queues import InstanceQueues
@@ -132,7 +133,11 @@ class AgentProcess:
         self._inbox_limit = agent.inbox_limit
         # `goondan run --metrics` sets it (agents inherit it): only then do counts travel.
         self._report_counts = bool(os.environ.get("GOONDAN_METRICS"))
-        self._heartbeat_interval_s = settings.heartbeat_interval_s(self._report_counts)
+        self.heartbeat = Heartbeat(
+            settings.heartbeat_interval_s(self._report_counts),
+            self._on_heartbeat_tick,
+            put_off=not self._report_counts,  # with --metrics, the counts ride on every tick
+        )
         self._cancel_wait_s = agent.cancel_wait_s
         self._quiet_s = agent.quiet_s
         self._settles = SettleSchedule(self._quiet_s, self._settle_quiet)
@@ -155,10 +160,7 @@ class AgentProcess:
         # Whether a quiet new conversation's fsync makes its directory entries durable too.
         self._fsync_syncs_new_entries = file_fsync_syncs_new_entries(self._dirs.instances)
         self._inline_syncs = inline_syncs or InlineSyncs()
-        self._last_sent = 0.0  # time.monotonic() of our last frame: the heartbeat's
         self._heartbeat_frame = wire.encode(wire.HEARTBEAT, self.name, wire.ORCHESTRATOR)
-        self._heartbeat_timer: asyncio.TimerHandle | None = None
-        self._heartbeat_armed_at = 0.0
         self._stop = asyncio.Event()
         self._shutdown: wire.Shutdown | None = None
         self.durability = storage.durability
@@ -169,7 +171,7 @@ class AgentProcess:
 
     def _send(self, frame: bytes) -> None:
         self.channel.send([frame])
-        self._last_sent = time.monotonic()
+        self.heartbeat.last_sent = time.monotonic()
 
     def _disconnected(self, reason: str) -> None:
         self.log.warning("lost the orchestrator's socket; reconnecting", reason=reason)
@@ -518,7 +520,7 @@ class AgentProcess:
         none of it (docs/performance.md, "Settles at a turn's end")."""
         self.events.write_if_due()
         self._settles.touched(now)  # other instances gone quiet, if due
-        self._push_heartbeat(now)
+        self.heartbeat.answered(now)
         if self.spares.wanted() and self._spares_refill is None:
             if self.spares.file_is_next():
                 # A file alone (the conversation's key had its directory): cheaper than the
@@ -592,10 +594,9 @@ class AgentProcess:
             )
         )
         self.log.debug("agent ready", pid=os.getpid())
-        self._arm_heartbeat(time.monotonic(), self._heartbeat_interval_s)
+        self.heartbeat.start()
         await self._stop.wait()
-        if self._heartbeat_timer is not None:
-            self._heartbeat_timer.cancel()
+        self.heartbeat.stop()
         self._settles.close()
         self.approvals.park_all()  # a human may take hours: their turns resume after a restart
         grace = self._shutdown.grace_period_ms / 1000 if self._shutdown else 30.0
@@ -667,36 +668,13 @@ class AgentProcess:
             due = when if due is None else min(due, when)
         return due
 
-    def _heartbeat(self) -> None:
-        """Say the loop is alive when nothing else did: the orchestrator takes any frame from
-        the agent as a sign of life, so an agent that answered within the interval sends no
-        heartbeat (each one wakes the orchestrator: at 200 busy agents, 200 times a second for
-        nothing)."""
-        now = time.monotonic()
-        try:
-            if self._report_counts and COUNTERS.changed:  # on the heartbeat
-                self._send_counts()
-            elif now - self._last_sent >= self._heartbeat_interval_s:
-                self._send(self._heartbeat_frame)
-        finally:  # next when the interval since the last frame is up (a timer may fire early)
-            interval = self._heartbeat_interval_s
-            self._arm_heartbeat(now, max(self._last_sent + interval - now, interval / 100))
-
-    def _arm_heartbeat(self, now: float, delay: float) -> None:
-        if self._heartbeat_timer is not None:
-            self._heartbeat_timer.cancel()
-        self._heartbeat_armed_at = now
-        self._heartbeat_timer = asyncio.get_running_loop().call_later(delay, self._heartbeat)
-
-    def _push_heartbeat(self, now: float) -> None:
-        """After an answer: the heartbeat's timer is put off, so that an agent with a turn at
-        least every half interval is never woken for it (at 1,000 agents each such wake-up
-        costs ~200 µs of CPU). Not with `--metrics`, whose counts ride on every tick, nor once
-        the agent is stopping (its heartbeats end then)."""
-        if self._report_counts or self._stop.is_set():
-            return
-        if now - self._heartbeat_armed_at >= self._heartbeat_interval_s / 2:
-            self._arm_heartbeat(now, self._heartbeat_interval_s)
+    def _on_heartbeat_tick(self, now: float) -> None:
+        """With `--metrics`, the counts when they changed; else a heartbeat when the agent sent
+        nothing for an interval (`agentproc/heartbeat.py`)."""
+        if self._report_counts and COUNTERS.changed:
+            self._send_counts()
+        elif now - self.heartbeat.last_sent >= self.heartbeat.interval_s:
+            self._send(self._heartbeat_frame)
 
     def _send_counts(self) -> None:
         report = COUNTERS.report(os.getpid())
