@@ -1,0 +1,22 @@
+"""`python -m bench.turn_cold` times the product's own turn: each one answered and written to its
+conversation, the runtime events to the agent's file."""
+
+from pathlib import Path
+
+import uvloop
+
+from agentproc.conversation import read_messages
+from agentproc.runtime_events import EVENTS_FILE
+from bench.turn_cold import TURNS_PER_CONVERSATION, cpu_per_turn
+
+
+def test_each_timed_turn_is_a_whole_turn_of_the_product(tmp_path: Path) -> None:
+    turns = TURNS_PER_CONVERSATION + 5
+    spent = uvloop.run(cpu_per_turn(tmp_path, turns, evict_mib=1))
+    assert len(spent) == turns - turns // 5  # the first fifth is not counted
+    assert all(us > 0 for us in spent)
+    first = read_messages(tmp_path / "k0" / "cold")
+    assert [m.content for m in first] == ["ping", "pong"] * TURNS_PER_CONVERSATION
+    assert len(read_messages(tmp_path / "k1" / "cold")) == 2 * 5  # a new one every tenth
+    lines = (tmp_path / EVENTS_FILE).read_text().splitlines()
+    assert sum('"turn.completed"' in line for line in lines) == turns
