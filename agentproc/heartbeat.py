@@ -35,7 +35,8 @@ class Heartbeat:
         self._arm(time.monotonic(), self.interval_s)
 
     def answered(self, now: float) -> None:
-        """The agent answered at `now`: the next tick comes an interval later."""
+        """The agent answered at `now`: the next tick comes an interval later (the timer is
+        moved at most once per half interval: a move costs a timer's cancel and a new one)."""
         if self._put_off and not self._stopped and now - self._armed_at >= self.interval_s / 2:
             self._arm(now, self.interval_s)
 
