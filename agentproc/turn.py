@@ -67,6 +67,7 @@ from goondan.extensions import (
     TurnResult,
 )
 from goondan.logs import log_context
+from goondan.paths import StorageError
 from goondan.settings import DEFAULTS, AgentSettings
 from goondan.tools import AgentRuntime, ToolResult
 from ipc.error_codes import ErrorCode
@@ -351,6 +352,13 @@ class TurnRun:
             result = self.result(
                 "aborted", CANCELLED_TEXT, ErrorDetail(ErrorCode.E_TURN_CANCELLED, CANCELLED_TEXT)
             )
+        except StorageError as exc:
+            # The disk refused a write: not a bug in the loop. The agent answers with the
+            # storage error's code and reloads the instance from the disk (`_run_job` in
+            # `agentproc/process.py`), so nothing of this turn lives on in memory alone.
+            error = ErrorDetail(exc.code, str(exc))
+            self._finished("turn.failed", self.result("error", str(exc), error), started)
+            raise
         except Exception as exc:  # a bug in middleware or the loop: an answer, not a crash
             self.log.exception("turn failed")
             message = f"The turn failed: {type(exc).__name__}: {exc}"
