@@ -88,7 +88,6 @@ async def build_definition(
         raise StartError(f"agent '{args.agent}' is not in Swarm/{swarm.name}")
     model_resource = bundle.agent_model(agent)
     model = model_resource.spec
-    tracing.export_spans(model=model.model, provider=model.provider)  # when the daemon asks
     provider = _provider(agent.name, model_resource)
     compaction_model = bundle.compaction_model(agent)
     compaction_provider = None
@@ -129,6 +128,7 @@ async def build_definition(
         bundle_root=str(bundle.root),
         compaction_provider=compaction_provider,
         mcp=mcp,
+        spans=tracing.span_sink(model=model.model, provider=model.provider),  # if asked
     )
     try:
         await load_extensions(

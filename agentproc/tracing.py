@@ -6,9 +6,9 @@ turn names the caller's tool span as its parent: one trace across processes.
 
 `TurnTracer` writes each event to the agent's `runtime-events.jsonl` (for `goondan logs`)
 and publishes it on the extensions' in-process bus (`api.events.on("tool.completed", ...)`).
-When the orchestrator exports OpenTelemetry traces, `export_spans` gives it a `SpanSink` too,
-which sends each span to the orchestrator as it ends (docs/tracing.md); otherwise `spans` is
-None and an event costs one more check.
+When the orchestrator exports OpenTelemetry traces, the agent's definition holds a `SpanSink`
+(`span_sink`), and a tracer given it sends each span to the orchestrator as it ends
+(docs/tracing.md); otherwise it is None and an event costs one more check.
 """
 
 from __future__ import annotations
@@ -31,26 +31,23 @@ class EventBus(Protocol):
     def publish(self, event: str, payload: dict[str, Any]) -> None: ...
 
 
-spans: SpanSink | None = None  # this process's span export, when the orchestrator wants spans
-
-
-def export_spans(*, model: str, provider: str) -> None:
-    """Send spans to the orchestrator if it asked for them (`GOONDAN_SPAN_SOCKET`); called once
-    the agent knows its model. The span code is imported only then."""
-    global spans
+def span_sink(*, model: str, provider: str) -> SpanSink | None:
+    """The span export of an agent of `model`, if the orchestrator asked for spans
+    (`GOONDAN_SPAN_SOCKET`), else None. The span code is imported only then."""
     from ipc.endpoints import SPAN_SOCKET_ENV
 
     path = os.environ.get(SPAN_SOCKET_ENV)
-    if not path or spans is not None:
-        return
+    if not path:
+        return None
     from agentproc.span_export import SpanSink
 
     try:
-        spans = SpanSink(path, model=model, provider=provider)
+        return SpanSink(path, model=model, provider=provider)
     except OSError as exc:  # the socket went away: no traces, the agent works as ever
         import structlog
 
         structlog.get_logger().warning("span export off", path=path, error=str(exc))
+        return None
 
 
 class TurnTracer:
@@ -58,6 +55,7 @@ class TurnTracer:
         self,
         log: RuntimeEventLog | None,
         bus: EventBus | None,
+        spans: SpanSink | None = None,
         *,
         agent_name: str,
         instance_key: str,
@@ -67,6 +65,7 @@ class TurnTracer:
     ) -> None:
         self._log = log
         self._bus = bus
+        self._spans = spans  # the OpenTelemetry export, when the orchestrator wants spans
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.trace_id = trace_id
@@ -93,8 +92,8 @@ class TurnTracer:
         )
         if self._log is not None:
             self._log.emit(record)
-        if spans is not None:
-            spans.on_event(
+        if self._spans is not None:
+            self._spans.on_event(
                 event,
                 self.trace_id,
                 span_id,
@@ -121,4 +120,4 @@ class TurnTracer:
             )
 
 
-__all__ = ["EventBus", "TurnTracer", "current_span", "export_spans", "new_span_id"]
+__all__ = ["EventBus", "TurnTracer", "current_span", "new_span_id", "span_sink"]

@@ -72,8 +72,9 @@ from goondan.settings import DEFAULTS, AgentSettings
 from goondan.tools import AgentRuntime, ToolResult
 from ipc.error_codes import ErrorCode
 
-if TYPE_CHECKING:  # its module loads the MCP SDK: only agents with MCP Tools import it
+if TYPE_CHECKING:  # their modules load SDKs: imported only by agents that use them
     from agentproc.mcp_tools import McpTools
+    from agentproc.span_export import SpanSink
 
 
 @dataclass
@@ -97,6 +98,7 @@ class AgentDefinition:
     approvals: ApprovalWaits | None = None  # set by the agent process (`agentproc.approvals`)
     settings: AgentSettings = DEFAULTS.agent  # tool threads and time limits
     mcp: McpTools | None = None  # the MCP servers of its Tools, closed with the agent
+    spans: SpanSink | None = None  # OpenTelemetry export, when the orchestrator asked for it
     executor: ToolExecutor = field(init=False)
     catalog: CatalogBuilder = field(init=False)
     deadlines: Deadlines = field(init=False)  # of this agent's running turns
@@ -266,6 +268,7 @@ class TurnRun:
         self.tracer = TurnTracer(
             instance.events,
             agent.bus,
+            agent.spans,
             agent_name=agent.name,
             instance_key=turn_input.instance_key,
             trace_id=turn_input.trace_id,

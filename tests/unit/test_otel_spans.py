@@ -3,6 +3,7 @@ unix stream socket; and nothing of OpenTelemetry is imported while traces are of
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from agentproc.span_export import SpanSink
 from goondan.connectors import parse_traceparent
+from ipc.endpoints import SPAN_SOCKET_ENV
 from ipc.spans import KIND_CLIENT, SpanRecord
 from orchestrator.otel_sdk import _frames
 
@@ -131,7 +133,9 @@ def test_nothing_of_opentelemetry_is_imported_while_traces_are_off() -> None:
         "loaded = [m for m in sys.modules if m.startswith(('opentelemetry', 'google.protobuf'))]\n"
         "assert not loaded, loaded\n"
         "import agentproc.tracing as t\n"
-        "assert t.spans is None\n"
+        "assert t.span_sink(model='m', provider='p') is None\n"
+        "assert 'agentproc.span_export' not in sys.modules\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k != SPAN_SOCKET_ENV}  # traces off
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stderr
