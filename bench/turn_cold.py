@@ -1,15 +1,16 @@
 """A diagnostic, not a figure: one agent's turn, in this process, on warm and on cold caches.
 
-    .venv/bin/python -m bench.turn_cold [--turns N] [--evict MIB ...]
+    .venv/bin/python -m bench.turn_cold [--turns N] [--evict MIB ...] [--stride BYTES]
 
 Runs `run_turn` (the product's turn: the scripted model answering at once, the conversation
 written to a file, runtime events, written in batches as an agent writes them) `--turns` times
-per arm, a new conversation every tenth
-turn as in figures 7 and 14, its state on a tmpfs when there is one. Before each turn of an
-arm, `MIB` MiB of other memory is written to, as the other processes that run between two
-turns of an agent at scale do to its caches and TLB; the arm with 0 is the same turn on warm
-caches. Prints each arm's CPU per turn (this thread's, so the eviction is not counted), p50
-and mean over the turns after the first fifth.
+per arm, a new conversation every tenth turn as in figures 7 and 14, its state on a tmpfs when
+there is one. Before each turn of an arm, `MIB` MiB of other memory is written to, as the
+other processes that run between two turns of an agent at scale do to its caches and TLB; the
+arm with 0 is the same turn on warm caches. A byte every `--stride` bytes: 64 (every cache
+line) empties the caches and the TLB; 4096 (a byte per page) empties the TLB while touching
+few cache lines. Prints each arm's CPU per turn (this thread's, so the eviction is not
+counted), p50 and mean over the turns after the first fifth.
 
 At 1,000 agents on 2 cores an agent's turn comes once another 199 agents, the orchestrator
 and the driver have run, so it meets caches others have emptied: this shows what that costs
@@ -51,8 +52,11 @@ class _NoPeers:
         return {}
 
 
-async def cpu_per_turn(directory: Path, turns: int, evict_mib: int) -> list[float]:
-    """Each turn's CPU in µs, with `evict_mib` MiB written to before it."""
+async def cpu_per_turn(
+    directory: Path, turns: int, evict_mib: int, stride: int = 64
+) -> list[float]:
+    """Each turn's CPU in µs, with a byte every `stride` of `evict_mib` MiB written to before
+    it."""
     spec = ModelSpec(provider="scripted", model="cold", options={"default": "pong"})
     agent = AgentDefinition(
         name="cold",
@@ -73,7 +77,7 @@ async def cpu_per_turn(directory: Path, turns: int, evict_mib: int) -> list[floa
         if instance is None:
             instance = Instance(key, directory / key / "cold", events=events)
             instances[key] = instance.load()
-        for i in range(0, len(other), 64):  # a write to every cache line
+        for i in range(0, len(other), stride):
             other[i] = n & 0xFF
         turn = TurnInput("ping", key, "0" * 32, "agent:bench", request_id=f"r{n}")
         started = time.thread_time_ns()
@@ -101,13 +105,20 @@ def main() -> None:
         metavar="MIB",
         help="MiB written to before each turn, one arm each (default: 0 2 16)",
     )
+    parser.add_argument(
+        "--stride",
+        type=int,
+        default=64,
+        metavar="BYTES",
+        help="a byte written every BYTES (default: 64, every cache line; 4096: every page)",
+    )
     args = parser.parse_args()
     shm = Path("/dev/shm")
     for mib in args.evict:
         with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as tmp:
-            spent = uvloop.run(cpu_per_turn(Path(tmp), args.turns, mib))
+            spent = uvloop.run(cpu_per_turn(Path(tmp), args.turns, mib, args.stride))
         print(
-            f"{mib:3d} MiB written before each turn: CPU per turn p50 "
+            f"{mib:3d} MiB written (a byte every {args.stride}) before each turn: CPU per turn p50 "
             f"{statistics.median(spent):6.1f} us, mean {statistics.fmean(spent):6.1f} us"
         )
 

@@ -3,6 +3,7 @@ conversation, the runtime events to the agent's file."""
 
 from pathlib import Path
 
+import pytest
 import uvloop
 
 from agentproc.conversation import read_messages
@@ -10,9 +11,10 @@ from agentproc.runtime_events import EVENTS_FILE
 from bench.turn_cold import TURNS_PER_CONVERSATION, cpu_per_turn
 
 
-def test_each_timed_turn_is_a_whole_turn_of_the_product(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stride", [64, 4096], ids=["every cache line", "every page"])
+def test_each_timed_turn_is_a_whole_turn_of_the_product(tmp_path: Path, stride: int) -> None:
     turns = TURNS_PER_CONVERSATION + 5
-    spent = uvloop.run(cpu_per_turn(tmp_path, turns, evict_mib=1))
+    spent = uvloop.run(cpu_per_turn(tmp_path, turns, evict_mib=1, stride=stride))
     assert len(spent) == turns - turns // 5  # the first fifth is not counted
     assert all(us > 0 for us in spent)
     first = read_messages(tmp_path / "k0" / "cold")
