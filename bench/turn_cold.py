@@ -113,6 +113,12 @@ def main() -> None:
         help="a byte written every BYTES (default: 64, every cache line; 4096: every page)",
     )
     args = parser.parse_args()
+    if args.turns < 5:  # the first fifth is not counted: at least one turn must be
+        parser.error(f"--turns must be 5 or more, not {args.turns}")
+    if args.stride < 1:
+        parser.error(f"--stride must be 1 or more, not {args.stride}")
+    if min(args.evict) < 0:
+        parser.error(f"--evict takes MiB, 0 or more, not {min(args.evict)}")
     shm = Path("/dev/shm")
     for mib in args.evict:
         with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as tmp:

@@ -1,6 +1,8 @@
 """`python -m bench.turn_cold` times the product's own turn: each one answered and written to its
 conversation, the runtime events to the agent's file."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,3 +24,18 @@ def test_each_timed_turn_is_a_whole_turn_of_the_product(tmp_path: Path, stride: 
     assert len(read_messages(tmp_path / "k1" / "cold")) == 2 * 5  # a new one every tenth
     lines = (tmp_path / EVENTS_FILE).read_text().splitlines()
     assert sum('"turn.completed"' in line for line in lines) == turns
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["--turns", "0"], "--turns"),
+        (["--stride", "0"], "--stride"),
+        (["--evict", "-1"], "--evict"),
+    ],
+)
+def test_bad_arguments_are_refused_with_what_is_wrong(args: list[str], named: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.turn_cold", *args], capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and named in proc.stderr and "Traceback" not in proc.stderr
