@@ -84,6 +84,10 @@ class EventBus:
     def wants(self, event: str) -> bool:
         return event in self._handlers
 
+    def subscribed(self) -> bool:
+        """Whether any handler listens, to any event."""
+        return any(self._handlers.values())
+
     def publish(self, event: str, payload: dict[str, Any]) -> None:
         """A runtime event (`turn.completed`, `tool.called`, ...), for subscribers only."""
         if event in self._handlers:

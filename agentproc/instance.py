@@ -98,9 +98,13 @@ class Instance:
                 "inbox full; oldest message dropped", instanceKey=self.key, messageId=dropped.id
             )
 
+    def has_pending(self) -> bool:
+        """A message waiting for the next step, or a long-running tool open."""
+        return bool(self._inbox) or self.jobs.has_open()
+
     def can_unload(self) -> bool:
-        """Nothing lives only in memory: no message waiting, no long-running tool open."""
-        return not self._inbox and not self.jobs.has_open()
+        """Nothing lives only in memory."""
+        return not self.has_pending()
 
     def take_inbox(self) -> list[Message]:
         taken, self._inbox = self._inbox, []

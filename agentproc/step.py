@@ -33,7 +33,11 @@ from goondan.tools import ToolCatalogItem, ToolErrorInfo, ToolResult
 from ipc.error_codes import ErrorCode
 
 if TYPE_CHECKING:
-    from agentproc.turn import TurnRun
+    from agentproc.catalog import ToolPolicy
+    from agentproc.conversation import Conversation
+    from agentproc.plain_turn import FirstCall
+    from agentproc.tracing import TurnTracer
+    from agentproc.turn import AgentDefinition, TurnRun
     from agentproc.turn_state import StepCtx
 
 _TOOL_FINISH = frozenset({"tool_calls", "tool_use", "function_call"})
@@ -63,30 +67,29 @@ _MALFORMED_AGENTS = Correction("malformed", MALFORMED_CORRECTION + AGENTS_EXAMPL
 
 async def run_step(ctx: StepCtx) -> StepResult:
     run = ctx.run
-    span = ctx.span = new_span_id()
+    first = run.take_first_call()  # a plain turn's model call, taken over (`plain_turn.py`)
+    if first is None:
+        names, tools = visible_tools(run.policy, ctx.tool_catalog)
+        span = new_span_id()
+        started = time.monotonic()
+        step_started(run.tracer, span, ctx.step_index, names)
+    else:
+        names, tools = first.names, first.tools
+        span, started = first.span, first.step_started
+    ctx.span = span
     token = current_span.set(span)
-    step_id = f"{run.turn_id}-step-{ctx.step_index}"
-    started = time.monotonic()
-    names, tools = _visible(run, ctx.tool_catalog)
-    run.tracer.emit(
-        "step.started",
-        span,
-        run.tracer.turn_span,
-        {"stepId": step_id, "stepIndex": ctx.step_index, "tools": names},
-    )
     try:
         try:
-            reply = await _ask(ctx, tools)
+            reply = await _ask(ctx, tools, first)
         except ModelError as exc:
             run.log.warning("model call failed", code=exc.code, error=str(exc), step=ctx.step_index)
             COUNTERS.model_call("error")
             error = ErrorDetail(exc.code, str(exc))
-            _step_event(
-                run,
+            step_ended(
+                run.tracer,
                 "step.failed",
-                ctx,
                 span,
-                step_id,
+                ctx.step_index,
                 started,
                 {"errorCode": error.code, "errorMessage": error.message},
             )
@@ -94,12 +97,11 @@ async def run_step(ctx: StepCtx) -> StepResult:
         usage = run.replied(reply)
         COUNTERS.model_call("ok", usage.input_tokens, usage.output_tokens)
         result = run.apply(await _handle_reply(ctx, reply, usage, frozenset(names)))
-        _step_event(
-            run,
+        step_ended(
+            run.tracer,
             "step.completed",
-            ctx,
             span,
-            step_id,
+            ctx.step_index,
             started,
             {
                 "toolCallCount": len(reply.tool_calls),
@@ -111,19 +113,26 @@ async def run_step(ctx: StepCtx) -> StepResult:
         return result
     except BaseException as exc:
         reason = "aborted" if not isinstance(exc, Exception) else "error"
-        _step_event(run, "step.failed", ctx, span, step_id, started, {"finishReason": reason})
+        step_ended(
+            run.tracer, "step.failed", span, ctx.step_index, started, {"finishReason": reason}
+        )
         raise
     finally:
         current_span.reset(token)
 
 
-async def _ask(ctx: StepCtx, tools: list[ToolDefinition]) -> ModelReply:
-    """The model's reply to the conversation. Refused as longer than the context window, the
-    conversation is compacted once (its oldest half summarised) and asked again."""
+async def _ask(ctx: StepCtx, tools: list[ToolDefinition], first: FirstCall | None) -> ModelReply:
+    """The model's reply to the conversation (`first`'s, when a plain turn made the call).
+    Refused as longer than the context window, the conversation is compacted once (its oldest
+    half summarised) and asked again."""
     run = ctx.run
     on_text = run.on_text if run.updates is not None else None
     try:
-        return await run.agent.provider.complete(_request(run, tools), on_text=on_text)
+        if first is not None:
+            return first.outcome()
+        return await run.agent.provider.complete(
+            model_request(run.agent, run.conversation, tools), on_text=on_text
+        )
     except ModelError as exc:
         if exc.code != ErrorCode.E_CONTEXT_OVERFLOW:
             raise
@@ -131,7 +140,9 @@ async def _ask(ctx: StepCtx, tools: list[ToolDefinition]) -> ModelReply:
         if not await compact_on_overflow(run, ctx.span):
             raise
     try:
-        return await run.agent.provider.complete(_request(run, tools), on_text=on_text)
+        return await run.agent.provider.complete(
+            model_request(run.agent, run.conversation, tools), on_text=on_text
+        )
     except ModelError as exc:
         if exc.code != ErrorCode.E_CONTEXT_OVERFLOW:
             raise
@@ -142,9 +153,13 @@ async def _ask(ctx: StepCtx, tools: list[ToolDefinition]) -> ModelReply:
 
 
 def _request(run: TurnRun, tools: list[ToolDefinition]) -> ModelRequest:
-    return ModelRequest(
-        [*run.agent.prefix, *run.conversation.messages], tools, dict(run.agent.params)
-    )
+    return model_request(run.agent, run.conversation, tools)
+
+
+def model_request(
+    agent: AgentDefinition, conversation: Conversation, tools: list[ToolDefinition]
+) -> ModelRequest:
+    return ModelRequest([*agent.prefix, *conversation.messages], tools, dict(agent.params))
 
 
 async def _handle_reply(
@@ -197,13 +212,12 @@ async def _handle_reply(
     )
 
 
-def _visible(run: TurnRun, items: list[Any]) -> tuple[list[str], list[ToolDefinition]]:
+def visible_tools(policy: ToolPolicy, items: list[Any]) -> tuple[list[str], list[ToolDefinition]]:
     """The catalog step middleware left, minus what the policy forbids: names and the
     definitions the model is offered, in order, each name once."""
     names: list[str] = []
     tools: list[ToolDefinition] = []
     seen: set[str] = set()
-    policy = run.policy
     for item in items:
         if not isinstance(item, ToolCatalogItem):
             item = msgspec.convert(item, ToolCatalogItem)  # a dict a middleware added
@@ -232,22 +246,26 @@ def _truncated(name: str) -> ToolResult:
     )
 
 
-def _step_event(
-    run: TurnRun,
-    event: str,
-    ctx: StepCtx,
-    span: str,
-    step_id: str,
-    started: float,
-    data: dict[str, Any],
+def step_started(tracer: TurnTracer, span: str, index: int, tools: list[str]) -> None:
+    tracer.emit(
+        "step.started",
+        span,
+        tracer.turn_span,
+        {"stepId": f"{tracer.turn_id}-step-{index}", "stepIndex": index, "tools": tools},
+    )
+
+
+def step_ended(
+    tracer: TurnTracer, event: str, span: str, index: int, started: float, data: dict[str, Any]
 ) -> None:
-    run.tracer.emit(
+    """`step.completed` or `step.failed`, with what the step did."""
+    tracer.emit(
         event,
         span,
-        run.tracer.turn_span,
+        tracer.turn_span,
         {
-            "stepId": step_id,
-            "stepIndex": ctx.step_index,
+            "stepId": f"{tracer.turn_id}-step-{index}",
+            "stepIndex": index,
             "duration": elapsed_ms(started),
             **data,
         },

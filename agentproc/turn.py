@@ -29,7 +29,7 @@ import msgspec
 import structlog
 
 from agentproc.approvals import ApprovalWaits
-from agentproc.budgets import TurnBudget, UsageMeter, usage_data
+from agentproc.budgets import TurnBudget, UsageMeter
 from agentproc.catalog import CatalogBuilder, ToolPolicy
 from agentproc.conversation import Conversation
 from agentproc.deadlines import Deadline, Deadlines
@@ -39,16 +39,27 @@ from agentproc.instance import Instance
 from agentproc.loop_guard import LoopGuard
 from agentproc.messages import Message, ModelReply, ToolCall, Usage
 from agentproc.middleware import Pipeline
+from agentproc.plain_turn import FirstCall, can_run_plain, run_plain_turn
 from agentproc.providers import Provider
 from agentproc.runtime_context import runtime_context
-from agentproc.runtime_events import elapsed_ms, new_turn_id
+from agentproc.runtime_events import new_turn_id
 from agentproc.step import run_step
 from agentproc.tool_calls import restart_requested, result_message, resume_parked
 from agentproc.tool_executor import ToolExecutor
 from agentproc.tool_jobs import POLL_TOOL, current_jobs, poll_entry
 from agentproc.tool_registry import ToolRegistry
-from agentproc.tracing import TurnTracer, current_span
-from agentproc.turn_state import ConversationView, StepCtx, StepOutcome, TurnCtx, TurnState
+from agentproc.tracing import current_span
+from agentproc.turn_state import (
+    ConversationView,
+    StepCtx,
+    StepOutcome,
+    TurnCtx,
+    TurnState,
+    input_message,
+    turn_ended,
+    turn_started,
+    turn_tracer,
+)
 from goondan.bundle.model import BudgetPolicy, LoopDetectionPolicy, ModelPricing, ToolPolicySpec
 from goondan.extensions import (
     AppendMessage,
@@ -212,8 +223,26 @@ async def run_turn(
     """Run one turn. With `resume`, the input is already in the conversation (a redelivered
     request whose turn was cut short): continue from where it stopped. Messages that arrived
     in the instance's inbox join the conversation before each step. `cancel`, when given, is
-    the handle that may cancel it (see `TurnCancel`)."""
-    run = TurnRun(agent, instance, turn_input, runtime, workdir, updates)
+    the handle that may cancel it (see `TurnCancel`). A plain turn (`plain_turn.py`) runs
+    apart until its reply needs more than a text answer; this turn then takes it over."""
+    first: FirstCall | None = None
+    if can_run_plain(agent, instance, turn_input, resume):
+        turn_id = new_turn_id()
+        logged = log_context.set(
+            {
+                "instanceKey": turn_input.instance_key,
+                "traceId": turn_input.trace_id,
+                "turnId": turn_id,
+            }
+        )
+        try:
+            plain = await run_plain_turn(agent, instance, turn_input, turn_id, updates)
+        finally:
+            log_context.reset(logged)
+        if isinstance(plain, TurnResult):
+            return outcome_of(plain, None)
+        first = plain
+    run = TurnRun(agent, instance, turn_input, runtime, workdir, updates, first)
     run.cancel = cancel
     tokens = (
         current_state.set(instance.state),
@@ -250,6 +279,7 @@ class TurnRun:
         runtime: AgentRuntime,
         workdir: Path,
         updates: UpdateSink | None = None,
+        first: FirstCall | None = None,
     ) -> None:
         self.agent = agent
         self.updates = updates  # streamed text and tool progress, for whoever waits
@@ -264,17 +294,13 @@ class TurnRun:
         self.input = turn_input
         self.runtime = runtime  # ctx.agents: `request` / `send`, with this turn's call chain
         self.workdir = workdir
-        self.turn_id = new_turn_id()
-        self.tracer = TurnTracer(
-            instance.events,
-            agent.bus,
-            agent.spans,
-            agent_name=agent.name,
-            instance_key=turn_input.instance_key,
-            trace_id=turn_input.trace_id,
-            turn_id=self.turn_id,
-            parent_span_id=turn_input.parent_span_id,
+        self.first = first  # a plain turn's first call, taken over (`plain_turn.py`)
+        self.tracer = (
+            turn_tracer(agent, instance, turn_input, new_turn_id())
+            if first is None
+            else first.tracer
         )
+        self.turn_id = self.tracer.turn_id
 
         self.state = TurnState()
         self.meter = UsageMeter(agent.pricing)
@@ -283,47 +309,34 @@ class TurnRun:
         self._paused = 0  # calls waiting for a human: the budget stops meanwhile
         self._paused_at = 0.0
         self.message_events: list[MessageEvent] = []
-        self.view = ConversationView(
-            self.conversation, self.message_events, list(self.conversation.messages)
-        )
+        base = list(self.conversation.messages)
+        self._seq = 0
+        if first is not None:  # the plain turn appended the input, as `run` would have
+            self.message_events.append(AppendMessage(base.pop()))
+            self._seq = 1
+        self.view = ConversationView(self.conversation, self.message_events, base)
         self.metadata: dict[str, Any] = {}
         self.cancel: TurnCancel | None = None
-        self._seq = 0
 
     # -- the turn ------------------------------------------------------------------------------
 
     async def run(self, resume: bool) -> TurnOutcome:
-        started = time.monotonic()
-        if not resume:
-            user = Message(
-                id=self.next_id(),
-                role="user",
-                content=self.input.input,
-                metadata={
-                    **self.input.metadata,
-                    "source": self.input.source,
-                    "requestId": self.input.request_id,
-                    "traceId": self.input.trace_id,
-                    "receivedAt": time.time(),
-                },
-            )
-            # Written with the turn's next change: until then a crash loses nothing the
-            # orchestrator would not deliver again.
-            self.conversation.append(user, hold=True)
-            self.message_events.append(AppendMessage(user))
-        self.flush_inbox()
-        self.tracer.turn(
-            "turn.started",
-            {
-                "source": self.input.source,
-                "requestId": self.input.request_id,
-                "resume": resume,
-                "input": _preview(self.input.input),
-            },
-        )
-        layers = self.agent.pipeline.chain("turn", _turn_core)
+        first = self.first
         cancel = self.cancel
-        cancelling = cancel.task.cancelling() if cancel is not None else 0
+        if first is not None:  # the plain turn did all this before its call
+            started, cancelling = first.started, first.cancelling
+        else:
+            started = time.monotonic()
+            cancelling = cancel.task.cancelling() if cancel is not None else 0
+            if not resume:
+                user = input_message(self.input, self.next_id())
+                # Written with the turn's next change: until then a crash loses nothing the
+                # orchestrator would not deliver again.
+                self.conversation.append(user, hold=True)
+                self.message_events.append(AppendMessage(user))
+            self.flush_inbox()
+            turn_started(self.tracer, self.input, resume)
+        layers = self.agent.pipeline.chain("turn", _turn_core)
         try:
             if resume:  # calls that waited for approval when the agent stopped run now
                 await resume_parked(self)
@@ -339,7 +352,7 @@ class TurnRun:
             if cancel is None or not cancel.requested or cancel.task.uncancel() > cancelling:
                 self.conversation.flush()
                 self.instance.end_turn()
-                self._finished("turn.failed", self.result("aborted", ""), started)
+                turn_ended(self.tracer, "turn.failed", self.result("aborted", ""), started)
                 raise
             # Cancelled on request: the tool calls have their E_TOOL_CANCELLED results by now;
             # the conversation says the turn stopped, and the requester hears why.
@@ -360,7 +373,7 @@ class TurnRun:
             # storage error's code and reloads the instance from the disk (`_run_job` in
             # `agentproc/process.py`), so nothing of this turn lives on in memory alone.
             error = ErrorDetail(exc.code, str(exc))
-            self._finished("turn.failed", self.result("error", str(exc), error), started)
+            turn_ended(self.tracer, "turn.failed", self.result("error", str(exc), error), started)
             raise
         except Exception as exc:  # a bug in middleware or the loop: an answer, not a crash
             self.log.exception("turn failed")
@@ -369,17 +382,8 @@ class TurnRun:
         self.conversation.flush()
         self.instance.end_turn()
         ok = result.finish_reason in ("text_response", "max_steps")
-        self._finished("turn.completed" if ok else "turn.failed", result, started)
-        usage = result.usage
-        return TurnOutcome(
-            result.text,
-            result.finish_reason,
-            result.steps,
-            Usage(usage.input_tokens, usage.output_tokens),
-            error_code=result.error.code if result.error is not None else None,
-            restart_reason=self.state.restart_reason,
-            cost_usd=usage.cost_usd,
-        )
+        turn_ended(self.tracer, "turn.completed" if ok else "turn.failed", result, started)
+        return outcome_of(result, self.state.restart_reason)
 
     async def core_turn(self) -> TurnResult:
         """The innermost turn layer: the steps, within the turn's time budget."""
@@ -388,8 +392,14 @@ class TurnRun:
             return await self._steps()
         task = asyncio.current_task()
         assert task is not None
-        cancelling = task.cancelling()
-        self._watched = self.agent.deadlines.watch(task, deadline)
+        first = self.first
+        if first is None:
+            cancelling = task.cancelling()
+            self._watched = self.agent.deadlines.watch(task, deadline)
+        else:  # watched since the plain turn began (the same budget)
+            cancelling = first.cancelling
+            assert first.watched is not None
+            self._watched = first.watched
         try:
             return await self._steps()
         except asyncio.CancelledError:
@@ -423,19 +433,10 @@ class TurnRun:
         agent = self.agent
         state = self.state
         while True:
-            self.flush_inbox()
-            if state.steps >= agent.max_steps:
-                self.log.warning("turn stopped at the step limit", steps=agent.max_steps)
-                text = state.last_text or (
-                    f"Reached the step limit ({agent.max_steps}) for this turn."
-                )
-                return self.result("max_steps", text)
-            over = self.budget.exceeded(self.meter)
-            if over is not None:
-                self.log.warning("turn stopped: over budget", reason=over)
-                return self._stop_for_budget(over)
-            if agent.registry.refreshing:  # an MCP server changed its tools
-                await agent.registry.settle()
+            if self.first is None:  # else a plain turn's first step, checked before its call
+                stopped = await self._before_step()
+                if stopped is not None:
+                    return stopped
             runtime_tools = frozenset({POLL_TOOL}) if self.instance.jobs.has_open() else frozenset()
             ctx = StepCtx(
                 agent.pipeline.chain("step", run_step),
@@ -465,6 +466,23 @@ class TurnRun:
                 return self.result("error", text, ErrorDetail(error.code, text))
             if not step.should_continue:
                 return self.result("text_response", step.text or state.last_text)
+
+    async def _before_step(self) -> TurnResult | None:
+        """New messages join; the turn's end, if a limit is reached."""
+        agent = self.agent
+        state = self.state
+        self.flush_inbox()
+        if state.steps >= agent.max_steps:
+            self.log.warning("turn stopped at the step limit", steps=agent.max_steps)
+            text = state.last_text or (f"Reached the step limit ({agent.max_steps}) for this turn.")
+            return self.result("max_steps", text)
+        over = self.budget.exceeded(self.meter)
+        if over is not None:
+            self.log.warning("turn stopped: over budget", reason=over)
+            return self._stop_for_budget(over)
+        if agent.registry.refreshing:  # an MCP server changed its tools
+            await agent.registry.settle()
+        return None
 
     # -- what a step reports -------------------------------------------------------------------
 
@@ -525,6 +543,11 @@ class TurnRun:
         )
 
     # -- messages ------------------------------------------------------------------------------
+
+    def take_first_call(self) -> FirstCall | None:
+        """The plain turn's model call, for the first step to take over (once)."""
+        first, self.first = self.first, None
+        return first
 
     def next_id(self) -> str:
         self._seq += 1
@@ -619,20 +642,6 @@ class TurnRun:
         ctx.metadata = self.metadata
         return ctx
 
-    def _finished(self, event: str, result: TurnResult, started: float) -> None:
-        data: dict[str, Any] = {
-            "finishReason": result.finish_reason,
-            "stepCount": result.steps,
-            "duration": elapsed_ms(started),
-            "tokenUsage": usage_data(result.usage),
-        }
-        if result.error is not None:
-            data["errorCode"] = result.error.code
-            data["errorMessage"] = result.error.message
-        # No log line: every turn is in the runtime events (`goondan logs`), and binding a
-        # logger would cost more than the rest of a short turn.
-        self.tracer.turn(event, data)
-
     def _stop_for_budget(self, notice: str) -> TurnResult:
         self.append(Message(id=self.next_id(), role="assistant", content=notice))
         last = self.state.last_text
@@ -640,9 +649,18 @@ class TurnRun:
         return self.result("budget", text, ErrorDetail(ErrorCode.E_TURN_BUDGET, notice))
 
 
+def outcome_of(result: TurnResult, restart_reason: str | None) -> TurnOutcome:
+    usage = result.usage
+    return TurnOutcome(
+        result.text,
+        result.finish_reason,
+        result.steps,
+        Usage(usage.input_tokens, usage.output_tokens),
+        error_code=result.error.code if result.error is not None else None,
+        restart_reason=restart_reason,
+        cost_usd=usage.cost_usd,
+    )
+
+
 async def _turn_core(ctx: TurnCtx) -> TurnResult:
     return await ctx.run.core_turn()
-
-
-def _preview(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."

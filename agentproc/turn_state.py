@@ -11,13 +11,17 @@ stops in the middle of a step still reports them: the model's reply (tokens and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
+from agentproc.budgets import usage_data
 from agentproc.compaction import summarize
 from agentproc.messages import Message, ToolCall
+from agentproc.runtime_events import elapsed_ms
+from agentproc.tracing import TurnTracer
 from goondan.extensions import (
     ErrorDetail,
     MessageEvent,
@@ -25,12 +29,14 @@ from goondan.extensions import (
     StepMiddlewareContext,
     TokenUsage,
     TurnMiddlewareContext,
+    TurnResult,
 )
 from goondan.tools import ToolResult
 
 if TYPE_CHECKING:
     from agentproc.conversation import Conversation
-    from agentproc.turn import TurnRun
+    from agentproc.instance import Instance
+    from agentproc.turn import AgentDefinition, TurnInput, TurnRun
 
 MAX_CORRECTIONS = 2  # corrective retries of one kind in a row (malformed, empty)
 
@@ -72,6 +78,66 @@ class StepOutcome(msgspec.Struct, frozen=True):
     tools: ToolBatchOutcome | None = None  # the reply's tool calls, when it had some
     correction: Correction | None = None  # the reply was malformed or empty
     error: ErrorDetail | None = None
+
+
+def turn_tracer(
+    agent: AgentDefinition, instance: Instance, turn_input: TurnInput, turn_id: str
+) -> TurnTracer:
+    """Where the turn's runtime events go: the agent's log, its extensions, its spans."""
+    return TurnTracer(
+        instance.events,
+        agent.bus,
+        agent.spans,
+        agent_name=agent.name,
+        instance_key=turn_input.instance_key,
+        trace_id=turn_input.trace_id,
+        turn_id=turn_id,
+        parent_span_id=turn_input.parent_span_id,
+    )
+
+
+def input_message(turn_input: TurnInput, message_id: str) -> Message:
+    """The turn's input as the conversation keeps it."""
+    return Message(
+        id=message_id,
+        role="user",
+        content=turn_input.input,
+        metadata={
+            **turn_input.metadata,
+            "source": turn_input.source,
+            "requestId": turn_input.request_id,
+            "traceId": turn_input.trace_id,
+            "receivedAt": time.time(),
+        },
+    )
+
+
+def turn_started(tracer: TurnTracer, turn_input: TurnInput, resume: bool) -> None:
+    text = turn_input.input
+    tracer.turn(
+        "turn.started",
+        {
+            "source": turn_input.source,
+            "requestId": turn_input.request_id,
+            "resume": resume,
+            "input": text if len(text) <= 200 else text[:197] + "...",
+        },
+    )
+
+
+def turn_ended(tracer: TurnTracer, event: str, result: TurnResult, started: float) -> None:
+    """`turn.completed` or `turn.failed`. No log line: every turn is in the runtime events
+    (`goondan logs`), and binding a logger would cost more than the rest of a short turn."""
+    data: dict[str, Any] = {
+        "finishReason": result.finish_reason,
+        "stepCount": result.steps,
+        "duration": elapsed_ms(started),
+        "tokenUsage": usage_data(result.usage),
+    }
+    if result.error is not None:
+        data["errorCode"] = result.error.code
+        data["errorMessage"] = result.error.message
+    tracer.turn(event, data)
 
 
 class TurnState(msgspec.Struct):
@@ -159,4 +225,8 @@ __all__ = [
     "TurnCtx",
     "TurnState",
     "TurnStop",
+    "input_message",
+    "turn_ended",
+    "turn_started",
+    "turn_tracer",
 ]
