@@ -24,6 +24,7 @@ import argparse
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import uvloop
@@ -57,6 +58,19 @@ async def cpu_per_turn(
 ) -> list[float]:
     """Each turn's CPU in µs, with a byte every `stride` of `evict_mib` MiB written to before
     it."""
+    other = bytearray(evict_mib * 1024 * 1024)
+
+    def evict(n: int) -> None:
+        for i in range(0, len(other), stride):
+            other[i] = n & 0xFF
+
+    spent = await run_turns(directory, turns, evict)
+    return spent[turns // 5 :]
+
+
+async def run_turns(directory: Path, turns: int, before: Callable[[int], None]) -> list[float]:
+    """`turns` turns of the scripted agent, `before(n)` called before turn `n`; each turn's
+    CPU in µs (this thread's, `before` not counted)."""
     spec = ModelSpec(provider="scripted", model="cold", options={"default": "pong"})
     agent = AgentDefinition(
         name="cold",
@@ -68,7 +82,6 @@ async def cpu_per_turn(
     )
     runtime: AgentRuntime = _NoPeers()  # type: ignore[assignment]
     events = RuntimeEventLog(directory)  # the agent's, every instance's
-    other = bytearray(evict_mib * 1024 * 1024)
     instances: dict[str, Instance] = {}
     spent: list[float] = []
     for n in range(turns):
@@ -77,8 +90,7 @@ async def cpu_per_turn(
         if instance is None:
             instance = Instance(key, directory / key / "cold", events=events)
             instances[key] = instance.load()
-        for i in range(0, len(other), stride):
-            other[i] = n & 0xFF
+        before(n)
         turn = TurnInput("ping", key, "0" * 32, "agent:bench", request_id=f"r{n}")
         started = time.thread_time_ns()
         await run_turn(agent, instance, turn, runtime, directory / key / "work")
@@ -87,7 +99,7 @@ async def cpu_per_turn(
     for instance in instances.values():
         instance.close()
     events.close()
-    return spent[turns // 5 :]
+    return spent
 
 
 def main() -> None:
