@@ -7,9 +7,9 @@ where each of them costs cache lines read from memory (docs/performance.md, figu
 path does only what such a turn must, and does it the same way: the same messages, the same
 runtime events (the helpers are shared with the general turn), the same answer.
 
-Whatever the first reply is not (tool calls, no text, an error, a cancel or a deadline met
-during the call), the general turn takes over from the model call (`FirstCall`), so nothing
-is done twice and every other case runs the one general code path.
+When the first reply is anything else (tool calls, no text) or the call ends otherwise (an
+error, a cancel, the time budget), the general turn takes over from the model call
+(`FirstCall`): nothing is done twice, and every other case runs the one general code path.
 """
 
 from __future__ import annotations
