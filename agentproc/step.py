@@ -152,10 +152,6 @@ async def _ask(ctx: StepCtx, tools: list[ToolDefinition], first: FirstCall | Non
         ) from exc
 
 
-def _request(run: TurnRun, tools: list[ToolDefinition]) -> ModelRequest:
-    return model_request(run.agent, run.conversation, tools)
-
-
 def model_request(
     agent: AgentDefinition, conversation: Conversation, tools: list[ToolDefinition]
 ) -> ModelRequest:
@@ -247,6 +243,7 @@ def _truncated(name: str) -> ToolResult:
 
 
 def step_started(tracer: TurnTracer, span: str, index: int, tools: list[str]) -> None:
+    """`step.started`, with the names of the tools the model is offered."""
     tracer.emit(
         "step.started",
         span,

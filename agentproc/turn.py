@@ -225,45 +225,33 @@ async def run_turn(
     in the instance's inbox join the conversation before each step. `cancel`, when given, is
     the handle that may cancel it (see `TurnCancel`). A plain turn (`plain_turn.py`) runs
     apart until its reply needs more than a text answer; this turn then takes it over."""
-    first: FirstCall | None = None
-    if can_run_plain(agent, instance, turn_input, resume):
-        turn_id = new_turn_id()
-        logged = log_context.set(
-            {
-                "instanceKey": turn_input.instance_key,
-                "traceId": turn_input.trace_id,
-                "turnId": turn_id,
-            }
-        )
-        try:
-            plain = await run_plain_turn(agent, instance, turn_input, turn_id, updates)
-        finally:
-            log_context.reset(logged)
-        if isinstance(plain, TurnResult):
-            return outcome_of(plain, None)
-        first = plain
-    run = TurnRun(agent, instance, turn_input, runtime, workdir, updates, first)
-    run.cancel = cancel
-    tokens = (
-        current_state.set(instance.state),
-        current_jobs.set(instance.jobs),
-        current_span.set(run.tracer.turn_span),
-    )
+    turn_id = new_turn_id()
     # Every log line of the turn (extensions' and tools' too) names the instance and trace.
     logged = log_context.set(
-        {
-            "instanceKey": turn_input.instance_key,
-            "traceId": turn_input.trace_id,
-            "turnId": run.turn_id,
-        }
+        {"instanceKey": turn_input.instance_key, "traceId": turn_input.trace_id, "turnId": turn_id}
     )
     try:
-        return await run.run(resume)
+        first: FirstCall | None = None
+        if can_run_plain(agent, instance, turn_input, resume):
+            plain = await run_plain_turn(agent, instance, turn_input, turn_id, updates)
+            if isinstance(plain, TurnResult):
+                return outcome_of(plain, None)
+            first = plain
+        run = TurnRun(agent, instance, turn_input, runtime, workdir, updates, first, turn_id)
+        run.cancel = cancel
+        tokens = (
+            current_state.set(instance.state),
+            current_jobs.set(instance.jobs),
+            current_span.set(run.tracer.turn_span),
+        )
+        try:
+            return await run.run(resume)
+        finally:
+            current_span.reset(tokens[2])
+            current_jobs.reset(tokens[1])
+            current_state.reset(tokens[0])
     finally:
         log_context.reset(logged)
-        current_span.reset(tokens[2])
-        current_jobs.reset(tokens[1])
-        current_state.reset(tokens[0])
 
 
 class TurnRun:
@@ -280,6 +268,7 @@ class TurnRun:
         workdir: Path,
         updates: UpdateSink | None = None,
         first: FirstCall | None = None,
+        turn_id: str | None = None,
     ) -> None:
         self.agent = agent
         self.updates = updates  # streamed text and tool progress, for whoever waits
@@ -295,11 +284,10 @@ class TurnRun:
         self.runtime = runtime  # ctx.agents: `request` / `send`, with this turn's call chain
         self.workdir = workdir
         self.first = first  # a plain turn's first call, taken over (`plain_turn.py`)
-        self.tracer = (
-            turn_tracer(agent, instance, turn_input, new_turn_id())
-            if first is None
-            else first.tracer
-        )
+        if first is None:  # `turn_id`: the one `run_turn` logs with
+            self.tracer = turn_tracer(agent, instance, turn_input, turn_id or new_turn_id())
+        else:
+            self.tracer = first.tracer
         self.turn_id = self.tracer.turn_id
 
         self.state = TurnState()

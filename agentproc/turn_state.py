@@ -7,6 +7,10 @@ batch of tool calls of one reply (`tool_calls.py`) do the work and say what happ
 stops in the middle of a step still reports them: the model's reply (tokens and text,
 `TurnRun.replied`) and each tool result as it is written (a self-restart request,
 `TurnRun.write_result`). Messages go to the conversation as they are made, through the turn.
+
+What every turn begins and ends with, the general one and a plain one (`plain_turn.py`)
+alike, is made here once: its tracer, its input as a message, its `turn.started` and its
+`turn.completed` / `turn.failed` events.
 """
 
 from __future__ import annotations

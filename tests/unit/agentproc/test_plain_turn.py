@@ -24,6 +24,7 @@ from agentproc.plain_turn import can_run_plain
 from agentproc.turn import AgentDefinition, TurnCancel, TurnInput, run_turn
 from goondan.bundle.model import BudgetPolicy, ModelPricing
 from goondan.extensions import StepMiddlewareContext, StepResult
+from goondan.logs import log_context
 from tests.unit.agentproc.loop_kit import (
     NoRuntime,
     ScriptedModel,
@@ -291,6 +292,35 @@ async def test_a_streaming_model_s_text_goes_to_the_requester_as_it_comes(
         assert outcome.text == "hi there"
         sent.append(updates)
     assert sent[0] == sent[1] == [("text", "hi ", {}), ("text", "there", {})]
+
+
+class LoggingModel:
+    """Keeps the fields every log line of the turn gets (`goondan.logs`) while it answers."""
+
+    def __init__(self) -> None:
+        self.fields: list[dict[str, Any]] = []
+
+    async def complete(self, request: ModelRequest, *, on_text: Any = None) -> ModelReply:
+        self.fields.append(dict(log_context.get() or {}))
+        return ModelReply("hi", (), Usage(1, 1))
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_log_lines_during_the_model_call_name_the_turn(tmp_path: Path) -> None:
+    for path in ("plain", "general"):
+        model = LoggingModel()
+        definition = agent(ScriptedModel())
+        definition.provider = model
+        if path == "general":
+            definition.pipeline.register("step", _pass_through)
+        inst = instance(tmp_path / path)
+        await turn(definition, inst, trace_id="a" * 32)
+        assert model.fields == [
+            {"instanceKey": inst.key, "traceId": "a" * 32, "turnId": events(inst)[0].turn_id}
+        ]
+        assert log_context.get() is None  # and no longer once it is over
 
 
 async def test_an_extension_listening_to_events_gets_the_general_turn(tmp_path: Path) -> None:
