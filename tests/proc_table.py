@@ -1,4 +1,5 @@
-"""What `/proc` says about a process: its title and its children (as `ps` would show them)."""
+"""What `/proc` says about a process: its title, its children (as `ps` would show them) and
+what it has open (as `ls -l /proc/PID/fd`)."""
 
 from __future__ import annotations
 
@@ -24,4 +25,16 @@ def children(pid: int) -> list[int]:
             continue
         if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             found.append(int(entry))
+    return found
+
+
+def open_files(pid: int) -> dict[str, str]:
+    """`{fd: what it is open on}` (a path, `pipe:[...]`, `socket:[...]`). An fd closed while
+    the list is read is left out: tests wait for files to close, so that race is expected."""
+    found = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue
     return found

@@ -4,7 +4,6 @@ import os
 import resource
 import signal
 import time
-from pathlib import Path
 
 import msgspec
 import pytest
@@ -15,6 +14,7 @@ from goondan.cli.client import ControlClient
 from goondan.paths import StatePaths
 from ipc import wire
 from tests.e2e.conftest import QUICKSTART, goondan, pid_alive, solo_bundle, wait_for
+from tests.proc_table import open_files
 
 
 def test_send_status_and_stop(start_daemon, state_root):
@@ -254,9 +254,9 @@ def test_quiet_instances_are_synced_and_unloaded(start_daemon, state_root):
     assert daemon.send("What is 3 plus 3?").returncode == 0
     # Quiet for a few seconds, the instance is made durable and leaves the agent's memory,
     # closing its files; the next turn reloads it and the conversation goes on where it was.
-    fds = Path(f"/proc/{daemon.process('assistant')['pid']}/fd")
+    pid = daemon.process("assistant")["pid"]
     wait_for(
-        lambda: not any("instances/cli" in os.readlink(fd) for fd in fds.iterdir()), timeout=15
+        lambda: not any("instances/cli" in path for path in open_files(pid).values()), timeout=15
     )
     assert daemon.send("What is 4 plus 4?").returncode == 0
     stored = state_root / "swarms/default/instances/cli/assistant"

@@ -15,7 +15,7 @@ from agentproc.immortal_heap import supported
 from agentproc.rehearsal import TURNS
 from goondan.settings import DEFAULTS
 from orchestrator.launcher import LaunchSpec
-from tests.proc_table import children, title
+from tests.proc_table import children, open_files, title
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -123,12 +123,8 @@ def _gone(pid: int) -> bool:
 
 def _pipes(pid: int, fds: tuple[str, ...] | None = None) -> set[str]:
     """The pipes `pid` has open (among `fds`, or all)."""
-    found = set()
-    for fd in fds or os.listdir(f"/proc/{pid}/fd"):
-        target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        if target.startswith("pipe:"):
-            found.add(target)
-    return found
+    targets = open_files(pid)
+    return {t for fd in fds or targets if (t := targets.get(fd, "")).startswith("pipe:")}
 
 
 def _end(pid: int) -> int:
