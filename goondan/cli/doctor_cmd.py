@@ -1,18 +1,17 @@
 """`goondan doctor [PATH] [--state-root DIR] [--online] [--json]`: check what `goondan run`
 needs, one line per check (ok / warn / fail, what, how to fix); exit 1 when a check failed.
 
-The checks: Python and dependency versions, the state root, the bundle, the environment
-variables it reads (`doctor_env`), its model endpoints and connector ports (`doctor_net`), its
-MCP servers (started, asked for their tools, stopped: `tools_cmd`), and systemd hints.
+The checks: Python and dependency versions and the interpreter's build (`doctor_python`), the
+state root, the bundle, the environment variables it reads (`doctor_env`), its model endpoints
+and connector ports (`doctor_net`), its MCP servers (started, asked for their tools, stopped:
+`tools_cmd`), and systemd hints.
 Nothing here prints a variable's value.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
-import re
 import shutil
 import stat
 import subprocess
@@ -23,14 +22,13 @@ from goondan.bundle import PROBE_TIMEOUT_S, Bundle, BundleInvalid, load_bundle, 
 from goondan.cli.client import daemon_running
 from goondan.cli.doctor_env import check_env
 from goondan.cli.doctor_net import check_endpoints, check_ports
+from goondan.cli.doctor_python import check_python
 from goondan.cli.doctor_report import Check, exit_code, fail, ok, print_report, warn
 from goondan.cli.tools_cmd import check_mcp
 from goondan.envfiles import EnvFileError, EnvFiles
 from goondan.paths import StatePaths
 
-MIN_PYTHON = (3, 11)
 LOW_DISK_BYTES = 500 * 1024 * 1024
-_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*>=\s*([\w.]+)")
 
 
 def run_doctor(args: argparse.Namespace) -> int:
@@ -65,52 +63,6 @@ def run_doctor(args: argparse.Namespace) -> int:
     checks += check_systemd()
     print_report(checks, sys.stdout, as_json=args.json, colour=sys.stdout.isatty())
     return exit_code(checks)
-
-
-# -- Python and dependencies ---------------------------------------------------------------
-
-
-def check_python() -> list[Check]:
-    version = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info[:2] < MIN_PYTHON:
-        need = ".".join(map(str, MIN_PYTHON))
-        checks = [fail("python", f"Python {version} is older than {need}", f"use Python {need}+")]
-    else:
-        checks = [ok("python", f"Python {version} ({sys.executable})")]
-    try:
-        requirements = importlib.metadata.requires("goondan") or []
-    except importlib.metadata.PackageNotFoundError:
-        return [*checks, warn("python", "goondan is not installed", "pip install -e .")]
-    for requirement in requirements:
-        if "extra ==" in requirement:
-            continue
-        match = _REQUIREMENT.match(requirement)
-        if match is None:
-            continue
-        name, lower = match.groups()
-        try:
-            installed = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            checks.append(
-                fail("python", f"{name} is not installed", f"pip install '{name}>={lower}'")
-            )
-            continue
-        if _version_tuple(installed) < _version_tuple(lower):
-            fix = f"pip install -U '{name}>={lower}'"
-            checks.append(fail("python", f"{name} {installed} is older than {lower}", fix))
-        else:
-            checks.append(ok("python", f"{name} {installed} (>= {lower})"))
-    return checks
-
-
-def _version_tuple(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
 
 
 # -- the state root ------------------------------------------------------------------------

@@ -539,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor",
         help="check the installation, state root, bundle, env vars, endpoints and ports",
         description="Check what `goondan run` needs, one line per check: ok, warn or fail, "
-        "what was checked, and how to fix it. Checks: Python and dependency versions, the "
+        "what was checked, and how to fix it. Checks: Python and dependency versions and "
+        "the interpreter's build (one that costs agents CPU is a warning), the "
         "state root (owner, permissions, free space, a stale lock, a running daemon), the "
         "bundle, every environment variable it reads (set or not, and from where: never the "
         "value), each model endpoint (which one and why, reachable), connector ports (free), "
