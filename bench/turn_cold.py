@@ -15,7 +15,7 @@ counted), p50 and mean over the turns after the first fifth.
 At 1,000 agents on 2 cores an agent's turn comes once another 199 agents, the orchestrator
 and the driver have run, so it meets caches others have emptied: this shows what that costs
 the same instructions, in seconds rather than a full scale run (docs/performance.md, figure
-14, "A turn warm and cold").
+14, "Why a turn costs eight times its instructions").
 """
 
 from __future__ import annotations
