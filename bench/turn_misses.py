@@ -25,6 +25,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import uvloop
@@ -48,24 +50,73 @@ def _child(turns: int, evict_mib: int) -> None:
         uvloop.run(run_turns(Path(tmp), turns, evict))
 
 
-def _counted(out: Path, turns: int, evict_mib: int) -> subprocess.Popen[bytes]:
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=yes",
-        *CACHES,
-        f"--cachegrind-out-file={out}",
-        sys.executable,
-        "-m",
-        "bench.turn_misses",
-        "--child",
-        str(turns),
-        "--evict",
-        str(evict_mib),
-    ]
+def _under_cachegrind(command: list[str], out: Path) -> subprocess.Popen[bytes]:
     # The same hashes in both runs: dict and set layouts, so the same memory touched.
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    counted = ["valgrind", "--tool=cachegrind", "--cache-sim=yes", *CACHES]
+    return subprocess.Popen(
+        [*counted, f"--cachegrind-out-file={out}", *command],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def missing_tools() -> list[str]:
+    """What of valgrind's this needs and cannot find."""
+    return [tool for tool in ("valgrind", "cg_diff", "cg_annotate") if not shutil.which(tool)]
+
+
+Driver = Callable[[subprocess.Popen[bytes]], None]
+
+
+def count_per_unit(
+    commands: tuple[list[str], list[str]], units: int, drivers: tuple[Driver, Driver] | None = None
+) -> dict[str, float]:
+    """Runs the two commands (a run of FEW units and one of MANY) under cachegrind at once and
+    returns the counts of their difference per unit (`units` = MANY - FEW). `drivers`, when
+    given, each runs in a thread beside its run (given its process) and raises if it fails."""
+    failures: list[BaseException] = []
+
+    def drive(driver: Driver, run: subprocess.Popen[bytes]) -> None:
+        try:
+            driver(run)
+        except BaseException as exc:  # noqa: BLE001 - raised again by the caller's thread
+            failures.append(exc)
+            run.kill()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"run.{n}" for n in (FEW, MANY)]
+        runs = [_under_cachegrind(c, out) for c, out in zip(commands, outs, strict=True)]
+        driven = zip(drivers, runs, strict=True) if drivers is not None else ()
+        threads = [threading.Thread(target=drive, args=pair) for pair in driven]
+        for thread in threads:
+            thread.start()
+        errors = [run.communicate()[1] for run in runs]
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+        for run, err in zip(runs, errors, strict=True):
+            if run.returncode != 0:
+                sys.exit(f"cachegrind failed:\n{err.decode(errors='replace')[-2000:]}")
+        diff = Path(tmp) / "runs.diff"
+        with diff.open("w") as out:
+            subprocess.run(["cg_diff", *map(str, outs)], stdout=out, check=True)
+        annotated = subprocess.run(
+            ["cg_annotate", "--auto=no", f"--show={','.join(EVENTS)}", str(diff)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    return per_turn(annotated, units)
+
+
+def print_counts(unit: str, evict_mib: int, counts: dict[str, float]) -> None:
+    last_level = counts["ILmr"] + counts["DLmr"] + counts["DLmw"]
+    print(f"per {unit}, after {evict_mib} MiB written (simulated caches: {' '.join(CACHES)}):")
+    print("  " + "  ".join(f"{e} {counts[e]:,.0f}" for e in EVENTS))
+    print(f"  last-level misses {last_level:,.0f}")
 
 
 def per_turn(annotated: str, turns: int) -> dict[str, float]:
@@ -107,30 +158,12 @@ def main() -> None:
     if args.child is not None:
         _child(args.child, args.evict)
         return
-    missing = [tool for tool in ("valgrind", "cg_diff", "cg_annotate") if not shutil.which(tool)]
+    missing = missing_tools()
     if missing:
         parser.error(f"{', '.join(missing)} not found: install Debian's valgrind package")
-    with tempfile.TemporaryDirectory() as tmp:
-        outs = [Path(tmp) / f"turns.{n}" for n in (FEW, MANY)]
-        runs = [_counted(out, n, args.evict) for out, n in zip(outs, (FEW, MANY), strict=True)]
-        for run in runs:
-            _, err = run.communicate()
-            if run.returncode != 0:
-                sys.exit(f"cachegrind failed:\n{err.decode(errors='replace')[-2000:]}")
-        diff = Path(tmp) / "turns.diff"
-        with diff.open("w") as out:
-            subprocess.run(["cg_diff", *map(str, outs)], stdout=out, check=True)
-        annotated = subprocess.run(
-            ["cg_annotate", "--auto=no", f"--show={','.join(EVENTS)}", str(diff)],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    counts = per_turn(annotated, MANY - FEW)
-    last_level = counts["ILmr"] + counts["DLmr"] + counts["DLmw"]
-    print(f"per turn, after {args.evict} MiB written (simulated caches: {' '.join(CACHES)}):")
-    print("  " + "  ".join(f"{e} {counts[e]:,.0f}" for e in EVENTS))
-    print(f"  last-level misses {last_level:,.0f}")
+    child = [sys.executable, "-m", "bench.turn_misses", "--evict", str(args.evict), "--child"]
+    counts = count_per_unit(([*child, str(FEW)], [*child, str(MANY)]), MANY - FEW)
+    print_counts("turn", args.evict, counts)
 
 
 if __name__ == "__main__":
