@@ -23,7 +23,6 @@ minute.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import gc
 import subprocess
@@ -38,7 +37,7 @@ from agentproc.process import AgentProcess
 from agentproc.providers import make_provider
 from agentproc.tool_registry import ToolRegistry
 from agentproc.turn import AgentDefinition
-from bench.turn_misses import FEW, MANY, count_per_unit, missing_tools, print_counts
+from bench.turn_misses import FEW, MANY, count_per_unit, parse_arguments, print_counts
 from goondan.bundle.model import ModelSpec
 from goondan.paths import StatePaths
 from ipc import wire
@@ -139,29 +138,13 @@ def counted_agent(directory: Path, evict_mib: int) -> tuple[list[str], zmq.Socke
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.agent_misses",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    args = parse_arguments(
+        "python -m bench.agent_misses", __doc__, "delegate", nargs=2, metavar=("ENDPOINT", "STATE")
     )
-    parser.add_argument(
-        "--evict",
-        type=int,
-        default=64,
-        metavar="MIB",
-        help="MiB written to before each delegate (default: 64; 0: warm caches)",
-    )
-    parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "STATE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.evict < 0:
-        parser.error(f"--evict takes MiB, 0 or more, not {args.evict}")
     if args.child is not None:
         endpoint, state = args.child
         uvloop.run(_serve(endpoint, Path(state), args.evict))
         return
-    missing = missing_tools()
-    if missing:
-        parser.error(f"{', '.join(missing)} not found: install Debian's valgrind package")
     shm = Path("/dev/shm")
     with (
         tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as few,

@@ -28,6 +28,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import uvloop
 
@@ -60,11 +61,6 @@ def _under_cachegrind(command: list[str], out: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-
-
-def missing_tools() -> list[str]:
-    """What of valgrind's this needs and cannot find."""
-    return [tool for tool in ("valgrind", "cg_diff", "cg_annotate") if not shutil.which(tool)]
 
 
 Driver = Callable[[subprocess.Popen[bytes]], None]
@@ -138,29 +134,34 @@ def per_turn(annotated: str, turns: int) -> dict[str, float]:
     return {e: (t - m) / turns for e, t, m in zip(EVENTS, totals, evicting, strict=True)}
 
 
-def main() -> None:
+def parse_arguments(prog: str, doc: str | None, unit: str, **child: Any) -> argparse.Namespace:
+    """`--evict MIB` (checked), and `--child` (hidden, `child` its `add_argument` keywords)
+    for the process cachegrind counts; without `--child`, valgrind's tools must be there."""
     parser = argparse.ArgumentParser(
-        prog="python -m bench.turn_misses",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
         "--evict",
         type=int,
         default=64,
         metavar="MIB",
-        help="MiB written to before each turn (default: 64; 0: warm caches)",
+        help=f"MiB written to before each {unit} (default: 64; 0: warm caches)",
     )
-    parser.add_argument("--child", type=int, metavar="TURNS", help=argparse.SUPPRESS)
+    parser.add_argument("--child", help=argparse.SUPPRESS, **child)
     args = parser.parse_args()
     if args.evict < 0:
         parser.error(f"--evict takes MiB, 0 or more, not {args.evict}")
+    missing = [tool for tool in ("valgrind", "cg_diff", "cg_annotate") if not shutil.which(tool)]
+    if args.child is None and missing:
+        parser.error(f"{', '.join(missing)} not found: install Debian's valgrind package")
+    return args
+
+
+def main() -> None:
+    args = parse_arguments("python -m bench.turn_misses", __doc__, "turn", type=int)
     if args.child is not None:
         _child(args.child, args.evict)
         return
-    missing = missing_tools()
-    if missing:
-        parser.error(f"{', '.join(missing)} not found: install Debian's valgrind package")
     child = [sys.executable, "-m", "bench.turn_misses", "--evict", str(args.evict), "--child"]
     counts = count_per_unit(([*child, str(FEW)], [*child, str(MANY)]), MANY - FEW)
     print_counts("turn", args.evict, counts)

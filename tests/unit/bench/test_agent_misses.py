@@ -33,12 +33,3 @@ def test_an_agent_that_dies_is_reported_not_waited_for(tmp_path: Path) -> None:
             drive(router, dead, 1)
     finally:
         router.close()
-
-
-def test_a_negative_eviction_is_refused_with_what_is_wrong() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench.agent_misses", "--evict", "-1"],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 2 and "--evict" in proc.stderr and "Traceback" not in proc.stderr

@@ -5,6 +5,8 @@ runs, per turn, without the misses of the `memset` that empties the caches betwe
 import subprocess
 import sys
 
+import pytest
+
 from bench.turn_misses import per_turn
 
 # cg_annotate's report of `cg_diff` of a 20-turn and a 60-turn run (abridged: the header and
@@ -34,9 +36,10 @@ def test_the_counts_are_per_turn_without_the_eviction() -> None:
     assert counts["DLmw"] == (41_953_836 - 41_944_582) / 40
 
 
-def test_a_negative_eviction_is_refused_with_what_is_wrong() -> None:
+@pytest.mark.parametrize("diagnostic", ["bench.turn_misses", "bench.agent_misses"])
+def test_a_negative_eviction_is_refused_with_what_is_wrong(diagnostic: str) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.turn_misses", "--evict", "-1"],
+        [sys.executable, "-m", diagnostic, "--evict", "-1"],
         capture_output=True,
         text=True,
     )
