@@ -51,17 +51,18 @@ class SpareFiles:
         have; `count`: how many to keep (0: none, every new conversation makes its files)."""
         self._directory = directory
         self._instances = instances
-        self._prefix = f"{os.getpid()}-"
+        self._batch_prefix = f"{directory}/{os.getpid()}-"  # a new batch's path, less its number
         self._events_name = events_name
         self._count = count
         # Spares holding an empty events file, each with the file open: a new conversation
-        # appends to it as it is, with no open of its own.
-        self._ready: list[tuple[Path, int]] = []
-        self._emptied: list[Path] = []  # spares whose file went into a key's directory
-        self._batch: Path | None = None  # where new spares are made
+        # appends to it as it is, with no open of its own. Paths as text: a `Path` made per
+        # spare costs a new conversation microseconds of cold pure-Python code.
+        self._ready: list[tuple[str, int]] = []
+        self._emptied: list[str] = []  # spares whose file went into a key's directory
+        self._batch: str | None = None  # where new spares are made
         self._in_batch = SPARES_PER_BATCH  # spares made in it (none yet: start one)
         self._batches = 0  # batch names this process has taken
-        self._earlier_batches: list[Path] = []  # removed once their spares are gone
+        self._earlier_batches: list[str] = []  # removed once their spares are gone
         self._adopted = False
 
     def place(self, key_dir: Path) -> int | None:
@@ -95,7 +96,7 @@ class SpareFiles:
             return None
         spare, fd = self._ready.pop()
         try:
-            os.rename(spare / self._events_name, events_path)
+            os.rename(f"{spare}/{self._events_name}", events_path)
         except OSError:
             self._discard((spare, fd))
             return None
@@ -133,7 +134,7 @@ class SpareFiles:
                 return True
             spare = self._emptied.pop()
             try:
-                fd = self._open_file(spare / self._events_name)
+                fd = self._open_file(f"{spare}/{self._events_name}")
             except OSError:
                 self._emptied.append(spare)  # filled later, here or by the next process
                 raise
@@ -150,7 +151,7 @@ class SpareFiles:
         self._emptied.clear()
 
     @staticmethod
-    def _open_file(path: Path) -> int:
+    def _open_file(path: str) -> int:
         """The spare's events file, open, and new to the file system: made here, or, where a
         process gone before left it, renamed away and back once open. The file system then
         counts its entry as just made, as for a file made here, and where an fsync of the
@@ -160,9 +161,9 @@ class SpareFiles:
             return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             pass
-        fd = open_append(path)
+        fd = open_append(Path(path))
         try:
-            away = path.with_name(path.name + CLAIMED)
+            away = path + CLAIMED
             os.rename(path, away)
             os.rename(away, path)
         except OSError:
@@ -171,34 +172,34 @@ class SpareFiles:
         return fd
 
     @staticmethod
-    def _discard(ready: tuple[Path, int]) -> None:
+    def _discard(ready: tuple[str, int]) -> None:
         spare, fd = ready
         os.close(fd)
         shutil.rmtree(spare, ignore_errors=True)
 
-    def _new_directory(self) -> Path:
+    def _new_directory(self) -> str:
         if self._batch is None or self._in_batch >= SPARES_PER_BATCH:
             if self._batch is not None:
                 self._earlier_batches.append(self._batch)
             self._batch = self._new_batch()
             self._in_batch = 0
         self._in_batch += 1
-        spare = self._batch / str(self._in_batch)
-        spare.mkdir()
+        spare = f"{self._batch}/{self._in_batch}"
+        os.mkdir(spare)
         return spare
 
-    def _new_batch(self) -> Path:
+    def _new_batch(self) -> str:
         while True:  # a name a process gone before us, under the same pid, may have left
             batch = self._next_batch_name()
             try:
-                batch.mkdir()
+                os.mkdir(batch)
                 return batch
             except FileExistsError:
                 continue
 
-    def _next_batch_name(self) -> Path:
+    def _next_batch_name(self) -> str:
         self._batches += 1
-        return self._directory / f"{self._prefix}{self._batches}"
+        return f"{self._batch_prefix}{self._batches}"
 
     def _remove_empty_batches(self) -> None:
         """The earlier batches whose spares are all gone (an rmdir fails on the others)."""
@@ -225,9 +226,9 @@ class SpareFiles:
             for entry in os.scandir(self._directory):
                 pid, _, _ = entry.name.partition("-")
                 if pid.isdigit() and entry.is_dir(follow_symlinks=False) and not _alive(int(pid)):
-                    self._claim(Path(entry.path))
+                    self._claim(entry.path)
 
-    def _claim(self, batch: Path) -> None:
+    def _claim(self, batch: str) -> None:
         while True:
             ours = self._next_batch_name()
             try:
@@ -240,15 +241,15 @@ class SpareFiles:
         self._earlier_batches.append(ours)
         for entry in os.scandir(ours):
             if entry.is_dir(follow_symlinks=False):
-                self._take_over(Path(entry.path))
+                self._take_over(entry.path)
             else:
                 os.unlink(entry.path)
 
-    def _take_over(self, spare: Path) -> None:
-        events = spare / self._events_name
+    def _take_over(self, spare: str) -> None:
+        events = f"{spare}/{self._events_name}"
         # A process gone between `_open_file`'s two renames left the file under its other name.
         with contextlib.suppress(FileNotFoundError):
-            os.rename(events.with_name(events.name + CLAIMED), events)
+            os.rename(events + CLAIMED, events)
         try:
             written = os.stat(events).st_size > 0
         except FileNotFoundError:
