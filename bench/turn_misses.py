@@ -34,7 +34,7 @@ import uvloop
 
 from bench.turn_cold import run_turns
 
-FEW, MANY = 20, 60  # turns per run: their difference leaves out the start and the end
+FEW, MANY = 20, 60  # turns (or delegates) per run: their difference leaves out start and end
 CACHES = ["--I1=32768,8,64", "--D1=32768,8,64", "--LL=33554432,16,64"]
 EVENTS = ["Ir", "I1mr", "ILmr", "D1mr", "DLmr", "D1mw", "DLmw"]
 
@@ -105,7 +105,7 @@ def count_per_unit(
             text=True,
             check=True,
         ).stdout
-    return per_turn(annotated, units)
+    return per_unit(annotated, units)
 
 
 def print_counts(unit: str, evict_mib: int, counts: dict[str, float]) -> None:
@@ -115,8 +115,8 @@ def print_counts(unit: str, evict_mib: int, counts: dict[str, float]) -> None:
     print(f"  last-level misses {last_level:,.0f}")
 
 
-def per_turn(annotated: str, turns: int) -> dict[str, float]:
-    """Per turn, from `cg_annotate` of the difference of two runs: the program's totals less
+def per_unit(annotated: str, units: int) -> dict[str, float]:
+    """Per turn (or delegate), from `cg_annotate` of the difference of two runs: the totals less
     the lines of `memset` (the eviction's)."""
     totals: list[int] | None = None
     evicting = [0] * len(EVENTS)
@@ -131,7 +131,7 @@ def per_turn(annotated: str, turns: int) -> dict[str, float]:
             evicting = [a + b for a, b in zip(evicting, counts, strict=True)]
     if totals is None:
         raise RuntimeError("cg_annotate printed no program totals")
-    return {e: (t - m) / turns for e, t, m in zip(EVENTS, totals, evicting, strict=True)}
+    return {e: (t - m) / units for e, t, m in zip(EVENTS, totals, evicting, strict=True)}
 
 
 def parse_arguments(prog: str, doc: str | None, unit: str, **child: Any) -> argparse.Namespace:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench.turn_misses import per_turn
+from bench.turn_misses import per_unit
 
 # cg_annotate's report of `cg_diff` of a 20-turn and a 60-turn run (abridged: the header and
 # the first two functions, as valgrind 3.19 printed them here).
@@ -29,7 +29,7 @@ Ir                     I1mr            ILmr            D1mr            DLmr     
 
 
 def test_the_counts_are_per_turn_without_the_eviction() -> None:
-    counts = per_turn(ANNOTATED, 40)
+    counts = per_unit(ANNOTATED, 40)
     assert counts["Ir"] == (2_697_427_260 - 2_684_431_182) / 40
     assert counts["ILmr"] == (97_135 - 200) / 40
     assert counts["DLmr"] == (108_167 - 80) / 40
