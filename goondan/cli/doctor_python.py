@@ -23,7 +23,8 @@ from goondan.cli.doctor_report import Check, fail, ok, warn
 
 MIN_PYTHON = (3, 11)
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*>=\s*([\w.]+)")
-_LIBPYTHON = re.compile(r"\S*/(libpython3\.\d+t?\.so[.\d]*)$")
+# A mapped file's path ends its line, " (deleted)" after it once the file was replaced.
+_LIBPYTHON = re.compile(r"\S*/(libpython3\.\d+t?\.so[.\d]*)(?: \(deleted\))?$")
 # Where a build for speed says so: configure's arguments, and the flags it compiled with.
 _BUILD_VARS = ("CONFIG_ARGS", "CFLAGS_NODIST", "PY_CFLAGS_NODIST", "CONFIGURE_CFLAGS_NODIST")
 _FOR_SPEED = ("--enable-optimizations", "-fno-semantic-interposition")

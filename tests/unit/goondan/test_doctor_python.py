@@ -48,6 +48,13 @@ def test_a_shared_build_with_optimisations_is_ok():
     assert doctor(PYENV, FEDORA).status == "ok"
 
 
+def test_a_library_replaced_on_disk_since_the_start_still_counts():
+    # An upgrade while the process runs: the kernel marks the old mapping " (deleted)".
+    check = doctor(PYENV.replace("so.1.0\n", "so.1.0 (deleted)\n"), PYENV_DEFAULT)
+
+    assert check.status == "warn" and "libpython3.13.so.1.0" in check.what
+
+
 def test_a_free_threaded_library_is_recognised():
     check = doctor(FREE_THREADED, PYENV_DEFAULT)
 
