@@ -34,11 +34,8 @@ import uvloop
 import zmq
 
 from agentproc.process import AgentProcess
-from agentproc.providers import make_provider
-from agentproc.tool_registry import ToolRegistry
-from agentproc.turn import AgentDefinition
+from bench.turn_cold import scripted_agent
 from bench.turn_misses import FEW, MANY, count_per_unit, parse_arguments, print_counts
-from goondan.bundle.model import ModelSpec
 from goondan.paths import StatePaths
 from ipc import wire
 
@@ -49,38 +46,29 @@ WAIT_MS = 300_000  # for one frame: under cachegrind an agent runs ~50x slower
 
 
 class _EvictedAgent(AgentProcess):
-    """The product's agent, its caches emptied before it reads each batch of frames."""
+    """The product's agent, its caches emptied before it reads each batch of frames (`other`:
+    the memory written to, set once it is made)."""
 
-    def __init__(self, *args: object, evict_mib: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self._other = ctypes.create_string_buffer(evict_mib * 1024 * 1024) if evict_mib else None
-        self._evictions = 0
+    other: ctypes.Array[ctypes.c_char] | None = None
+    evictions = 0
 
     def on_frames(self, frames: list[bytes]) -> None:
-        if self._other is not None:
-            self._evictions += 1
-            ctypes.memset(self._other, self._evictions & 0xFF, len(self._other))
+        if self.other is not None:
+            self.evictions += 1
+            ctypes.memset(self.other, self.evictions & 0xFF, len(self.other))
         super().on_frames(frames)
 
 
 async def _serve(endpoint: str, state: Path, evict_mib: int) -> None:
-    spec = ModelSpec(provider="scripted", model="counted", options={"default": ANSWER})
-    definition = AgentDefinition(
-        name=AGENT,
-        provider=make_provider(spec, None),
-        registry=ToolRegistry([]),
-        system_prompt="Answer.",
-        params={},
-        max_steps=4,
-    )
     agent = _EvictedAgent(
-        definition,
+        scripted_agent(AGENT, ANSWER),
         swarm="bench",
         catalog={},
         paths=StatePaths.at(state),
         endpoint=endpoint,
-        evict_mib=evict_mib,
     )
+    if evict_mib:
+        agent.other = ctypes.create_string_buffer(evict_mib * 1024 * 1024)
     gc.collect()
     gc.freeze()  # as the template does before it forks an agent
     try:

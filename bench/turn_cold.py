@@ -53,6 +53,19 @@ class _NoPeers:
         return {}
 
 
+def scripted_agent(name: str, answer: str) -> AgentDefinition:
+    """An agent without tools whose scripted model answers `answer` at once."""
+    spec = ModelSpec(provider="scripted", model=name, options={"default": answer})
+    return AgentDefinition(
+        name=name,
+        provider=make_provider(spec, None),
+        registry=ToolRegistry([]),
+        system_prompt="Answer.",
+        params={},
+        max_steps=4,
+    )
+
+
 async def cpu_per_turn(
     directory: Path, turns: int, evict_mib: int, stride: int = 64
 ) -> list[float]:
@@ -71,15 +84,7 @@ async def cpu_per_turn(
 async def run_turns(directory: Path, turns: int, before: Callable[[int], None]) -> list[float]:
     """`turns` turns of the scripted agent, `before(n)` called before turn `n`; each turn's
     CPU in µs (this thread's, `before` not counted)."""
-    spec = ModelSpec(provider="scripted", model="cold", options={"default": "pong"})
-    agent = AgentDefinition(
-        name="cold",
-        provider=make_provider(spec, None),
-        registry=ToolRegistry([]),
-        system_prompt="Answer.",
-        params={},
-        max_steps=4,
-    )
+    agent = scripted_agent("cold", "pong")
     runtime: AgentRuntime = _NoPeers()  # type: ignore[assignment]
     events = RuntimeEventLog(directory)  # the agent's, every instance's
     instances: dict[str, Instance] = {}
