@@ -35,8 +35,10 @@ run: bytecode
 	$(BIN)/goondan run configs/quickstart --log-level warning --transcript \
 		--input "What is 19 plus 23? Ask the researcher for a fun fact too."
 
+# Four workers whatever the cores: most tests wait on a daemon (start, a socket, a file), so
+# four workers overlap those waits even on 2 cores.
 test: bytecode
-	$(BIN)/python -m pytest -q -n auto --maxprocesses=4 --dist worksteal -m 'not serial'
+	$(BIN)/python -m pytest -q -n 4 --dist worksteal -m 'not serial'
 	$(BIN)/python -m pytest -q -m serial
 
 bench: bytecode
