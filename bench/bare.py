@@ -202,7 +202,13 @@ async def broker(endpoint: str) -> None:
 # -- agent -------------------------------------------------------------------------------------
 
 
-async def agent(args: argparse.Namespace) -> None:
+ChannelType = Callable[
+    [asyncio.AbstractEventLoop, "zmq.Socket[bytes]", Callable[[list[bytes]], None]], FdSocket
+]
+
+
+async def agent(args: argparse.Namespace, make_channel: ChannelType = FdSocket) -> None:
+    """`make_channel`: the socket's driver (`bench.agent_misses` empties the caches in its)."""
     loop = asyncio.get_running_loop()
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
@@ -285,7 +291,7 @@ async def agent(args: argparse.Namespace) -> None:
             for _ in range(args.window):
                 send_next()
 
-    channel = FdSocket(loop, sock, on_frames)
+    channel = make_channel(loop, sock, on_frames)
     channel.start()
     if args.product:
         # The product's own frames (its codec), made here so `ready` carries this pid.

@@ -108,11 +108,15 @@ def count_per_unit(
     return per_unit(annotated, units)
 
 
+def last_level(counts: dict[str, float]) -> float:
+    """The last-level misses: instructions' and data's, read and written."""
+    return counts["ILmr"] + counts["DLmr"] + counts["DLmw"]
+
+
 def print_counts(unit: str, evict_mib: int, counts: dict[str, float]) -> None:
-    last_level = counts["ILmr"] + counts["DLmr"] + counts["DLmw"]
     print(f"per {unit}, after {evict_mib} MiB written (simulated caches: {' '.join(CACHES)}):")
     print("  " + "  ".join(f"{e} {counts[e]:,.0f}" for e in EVENTS))
-    print(f"  last-level misses {last_level:,.0f}")
+    print(f"  last-level misses {last_level(counts):,.0f}")
 
 
 def per_unit(annotated: str, units: int) -> dict[str, float]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.agent_misses import counted_agent, drive
+from bench.agent_misses import BARE, counted_agent, drive, drive_bare
 
 
 def test_the_counted_agent_answers_every_delegate_and_stops(tmp_path: Path) -> None:
@@ -32,4 +32,15 @@ def test_an_agent_that_dies_is_reported_not_waited_for(tmp_path: Path) -> None:
         with pytest.raises(RuntimeError, match="exited 3 before its ready"):
             drive(router, dead, 1)
     finally:
+        router.close()
+
+
+def test_the_bare_agent_is_counted_the_same_way(tmp_path: Path) -> None:
+    command, router = counted_agent(tmp_path, 1, BARE)
+    agent = subprocess.Popen(command)
+    try:
+        drive_bare(router, agent, 12)  # raises unless each answer is its own request's
+        assert agent.wait(timeout=30) == 0  # stopped by the driver, not killed
+    finally:
+        agent.kill()
         router.close()
