@@ -70,7 +70,8 @@ BARE_RESULT = bytes(
 
 
 class _Evictor:
-    """Empties the caches: writes a byte to every line of `mib` MiB (nothing for 0)."""
+    """Empties the caches: writes all of `mib` MiB, twice the simulated last level by default
+    (nothing for 0)."""
 
     def __init__(self, mib: int) -> None:
         self._other = ctypes.create_string_buffer(mib * 1024 * 1024) if mib else None

@@ -208,7 +208,8 @@ ChannelType = Callable[
 
 
 async def agent(args: argparse.Namespace, make_channel: ChannelType = FdSocket) -> None:
-    """`make_channel`: the socket's driver (`bench.agent_misses` empties the caches in its)."""
+    """`make_channel`: the socket's driver (`bench.agent_misses` passes one that empties the
+    caches before each message)."""
     loop = asyncio.get_running_loop()
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
