@@ -23,7 +23,7 @@ from agentproc.log_limit import LogLimit
 from agentproc.messages import Message
 from agentproc.peers import PeerClient, TurnRuntime
 from agentproc.runtime_events import RuntimeEventLog, new_trace_id
-from agentproc.settle_schedule import SettleSchedule
+from agentproc.settle_schedule import SettleSchedule, phase_of
 from agentproc.spare_files import SpareFiles
 from agentproc.turn import (
     AgentDefinition,
@@ -140,7 +140,7 @@ class AgentProcess:
         )
         self._cancel_wait_s = agent.cancel_wait_s
         self._quiet_s = agent.quiet_s
-        self._settles = SettleSchedule(self._quiet_s, self._settle_quiet)
+        self._settles = SettleSchedule(self._quiet_s, self._settle_quiet, phase_of(self.name))
         self._fold_events_bytes = storage.fold_events_bytes
         self.events = RuntimeEventLog(  # every instance's
             self._dirs.agent_dir(self.name),

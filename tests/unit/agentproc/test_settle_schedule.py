@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agentproc.settle_schedule import SettleSchedule
+from agentproc.settle_schedule import SettleSchedule, phase_of
 
 QUIET_S = 0.4  # long beside the stalls of a loaded machine's event loop
 LATE_S = 0.2  # how late such a machine may run a timer
@@ -104,3 +104,34 @@ async def test_instances_going_quiet_one_after_another_are_settled_together() ->
     assert looks <= 3
     assert all(QUIET_S <= quiet_for < QUIET_S * 1.5 for _, _, quiet_for in instances.settled)
     schedule.close()
+
+
+async def test_an_agents_phase_puts_its_looks_off_by_up_to_a_quarter_of_the_quiet_time() -> None:
+    """Agents started together do not all look for quiet instances in the same moment."""
+    quiet = 100.0  # no timer fires during the test
+    looks: list[float] = []
+
+    def settle_quiet(now: float) -> float | None:
+        looks.append(now)
+        return None
+
+    schedule = SettleSchedule(quiet, settle_quiet, 0.2)  # looks 5 s after the due time
+    schedule.touched(0.0)
+    schedule.touched(quiet + 4.9)
+    assert looks == []
+    schedule.touched(quiet + 5.1)
+    assert looks == [quiet + 5.1]
+    schedule.close()
+    looks.clear()
+    schedule = SettleSchedule(quiet, settle_quiet, 0.0)
+    schedule.touched(0.0)
+    schedule.touched(quiet + 0.1)
+    assert looks == [quiet + 0.1]
+    schedule.close()
+
+
+def test_phases_spread_over_the_agents_and_stay_the_same() -> None:
+    phases = [phase_of(f"w{i}") for i in range(200)]
+    assert all(0.0 <= p < 1.0 for p in phases)
+    assert all(sum(q / 4 <= p < (q + 1) / 4 for p in phases) >= 30 for q in range(4))
+    assert phase_of("w7") == phase_of("w7")
