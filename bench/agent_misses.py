@@ -26,7 +26,6 @@ a minute.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import ctypes
 import gc
@@ -130,16 +129,8 @@ def _serve_bare(endpoint: str, evict_mib: int) -> None:
 
     never_eof, _ = os.pipe()  # the write end stays open in this process
     os.dup2(never_eof, 0)
-    args = argparse.Namespace(
-        endpoint=endpoint,
-        name=AGENT,
-        result=BARE_RESULT.hex(),
-        product=False,
-        targets=None,
-        delegate=None,
-        forward=None,
-    )
-    uvloop.run(bare.agent(args, evicted_channel))
+    command = ["agent", endpoint, AGENT, "--result", BARE_RESULT.hex()]
+    uvloop.run(bare.agent(bare.arguments_parser().parse_args(command), evicted_channel))
 
 
 def _next_frame(
@@ -150,12 +141,17 @@ def _next_frame(
     waited = 0
     while not router.poll(1000):
         waited += 1000
-        if run.poll() is not None:
-            raise RuntimeError(f"the counted agent exited {run.returncode} before its {what}")
-        if waited >= WAIT_MS:
-            raise TimeoutError(f"no {what} from the counted agent in {WAIT_MS} ms")
+        _give_up_if_gone(run, waited, what)
     routing_id, frame = router.recv_multipart()
     return routing_id, frame
+
+
+def _give_up_if_gone(run: subprocess.Popen[bytes], waited_ms: int, what: str) -> None:
+    """Raises if the agent exited, or once `waited_ms` for its `what` reached WAIT_MS."""
+    if run.poll() is not None:
+        raise RuntimeError(f"the counted agent exited {run.returncode} before its {what}")
+    if waited_ms >= WAIT_MS:
+        raise TimeoutError(f"no {what} from the counted agent in {WAIT_MS} ms")
 
 
 def _receive(
@@ -218,10 +214,7 @@ def _send_when_routable(
         except zmq.ZMQError as exc:  # ROUTER_MANDATORY: not connected yet
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
-        if run.poll() is not None:
-            raise RuntimeError(f"the counted agent exited {run.returncode} before connecting")
-        if waited >= WAIT_MS:
-            raise TimeoutError(f"the counted agent did not connect in {WAIT_MS} ms")
+        _give_up_if_gone(run, waited, "connection")
         time.sleep(0.1)
         waited += 100
 

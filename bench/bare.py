@@ -349,8 +349,8 @@ def swarm(args: argparse.Namespace) -> None:
     sys.stdin.read()  # until the bench closes our stdin (or kills us): the agents die with us
 
 
-def main() -> None:
-    die_with_parent()
+def arguments_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m bench.bare` (its roles, their arguments and defaults)."""
     parser = argparse.ArgumentParser(prog="python -m bench.bare")
     sub = parser.add_subparsers(dest="role", required=True)
     p = sub.add_parser("broker")
@@ -378,7 +378,12 @@ def main() -> None:
     p.add_argument("--result", required=True, help="hex of the delegate_result payload")
     p.add_argument("--product", action="store_true", help="as for `agent`")
     p.set_defaults(targets=None, delegate=None, forward=None, window=1, warmup=1.0, duration=3.0)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    die_with_parent()
+    args = arguments_parser().parse_args()
     import uvloop
 
     if args.role == "swarm":
