@@ -30,9 +30,9 @@ HELLO_PROGRAM = (
 def read_line(proc: subprocess.Popen[Any], timeout_s: float) -> str:
     """One line of a helper's stdout, or '' after `timeout_s`."""
     assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    ready, _, _ = select.select([fd], [], [], timeout_s)
-    if not ready:
+    poller = select.poll()  # not select.select: a figure's pipes go past fd 1024
+    poller.register(proc.stdout.fileno(), select.POLLIN)
+    if not poller.poll(timeout_s * 1000):
         return ""
     return str(proc.stdout.readline().decode(errors="replace").strip())
 
