@@ -22,13 +22,15 @@ conversation); lost = sent minus answered `ok` with the right content, in the st
 and a loss makes `python -m bench` exit 1.
 
 Baseline: the same driver and waves through the bare broker (`bench/bare.py`) to 1,000 bare
-agents forked from one bare template (`python -m bench.bare swarm`), which has imported what a
-bare agent needs. The product's agents are forked from its template too; 1,000 new `python`
-interpreters would take about a minute and several GiB to start and measure interpreter
-start-up rather than the broker, and once started a forked bare agent runs the same code as a
-bare agent started on its own. A diagnostic arm puts the 1,000 forked bare agents behind the
-real orchestrator (connected to `agents.sock`, saying `ready`), to split routing's share from
-the agents' turns'; it is left out with `--quick`, which runs 300 agents and 10 rounds.
+agents, each its own interpreter (`python -m bench.bare agent`), as figures 1, 2 and 7 start
+them; they take over a minute to start and ~15 MiB each. A reported arm runs the same waves to
+1,000 bare agents forked from one bare template (`python -m bench.bare swarm`), which has
+imported what a bare agent needs: they run the same code, but read the template's pages,
+shared by all of them in the caches as in memory (what the product's template gives its own
+agents), and use about half the CPU per delegate (docs/performance.md, figure 14). A
+diagnostic arm puts the 1,000 forked bare agents behind the real orchestrator (connected to
+`agents.sock`, saying `ready`), to split routing's share from the agents' turns'. Both are
+left out with `--quick`, which runs 300 agents and 10 rounds.
 """
 
 from __future__ import annotations
@@ -148,17 +150,35 @@ def _bare_swarm(procs: Procs, endpoint: str, names: list[str], *extra: str) -> I
     yield descendants(proc.pid)
 
 
-def _bare(names: list[str], rounds: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def _bare_agents(
+    procs: Procs, endpoint: str, names: list[str], *, forked: bool
+) -> Iterator[list[int]]:
+    """The bare agents' pids: each its own interpreter (`python -m bench.bare agent`, as
+    figures 1, 2 and 7 start them), or forked from one bare template."""
+    if forked:
+        with _bare_swarm(procs, endpoint, names) as pids:
+            yield pids
+        return
+    reply = product.result_payload("w", "ping", "k0")
+    yield [agent.pid for agent in baselines.start_agents(procs, endpoint, names, reply)]
+
+
+def _bare(names: list[str], rounds: int, *, forked: bool) -> dict[str, Any]:
+    tag = "bare, forked" if forked else "bare"
     with short_tmpdir() as tmp, Procs() as procs:
         endpoint = f"ipc://{tmp / 'bare.sock'}"
         broker = baselines.start_broker(procs, endpoint)
-        log(f"scale1000: bare: starting {len(names)} agents")
+        log(f"scale1000: {tag}: starting {len(names)} agents")
         started = time.monotonic()
-        with _bare_swarm(procs, endpoint, names) as pids, Driver(endpoint, "driver") as drv:
+        with (
+            _bare_agents(procs, endpoint, names, forked=forked) as pids,
+            Driver(endpoint, "driver") as drv,
+        ):
             payload = product.delegate_payload("ping", "start", "driver")
             baselines.wait_routable(drv, names, payload, timeout_s=120)
             startup = {"seconds": time.monotonic() - started, "answered": len(names)}
-            result = _waves(drv, names, rounds, "bare", pids, bare=True, router=broker.pid)
+            result = _waves(drv, names, rounds, tag, pids, bare=True, router=broker.pid)
             result["startup"] = startup
             result["memoryAfter"] = memory_of(pids)
     return result
@@ -188,8 +208,11 @@ def run(quick: bool) -> list[Row]:
     names = [f"w{i}" for i in range(agents)]
     planned = agents * rounds
     prod = _product(names, rounds)
-    bare = _bare(names, rounds)
+    # The baseline's arm last: the minute after 1,000 interpreters exit is not quiet (arms run
+    # right after it had their p99 at 2-7x their p50, against ~1.3x otherwise).
+    forked = None if quick else _bare(names, rounds, forked=True)
     split = None if quick else _orchestrator_only(names, rounds)
+    bare = _bare(names, rounds, forked=False)
     idle = prod["memoryIdle"]
     after = prod["memoryAfter"]
     label = f"{agents:,} agents, {prod['sent']:,} delegates"
@@ -199,7 +222,8 @@ def run(quick: bool) -> list[Row]:
         "inFlight": IN_FLIGHT,
         "agents": agents,
     }
-    for key, arm in (("product", prod), ("bare", bare), ("orchestratorOnly", split)):
+    arms = (("product", prod), ("bare", bare), ("bareForked", forked), ("orchestratorOnly", split))
+    for key, arm in arms:
         if arm is not None:
             series[key] = arm.pop("perWaveMs")
     rows = [
@@ -216,6 +240,7 @@ def run(quick: bool) -> list[Row]:
             details={
                 "product": prod,
                 "bare": bare,
+                "bareForked": forked,
                 "orchestratorOnly": split,
                 "agents": agents,
                 "rounds": rounds,
@@ -238,6 +263,20 @@ def run(quick: bool) -> list[Row]:
             f"{bare['routerCpu']['cpuUs']:.0f} us",
         ),
     ]
+    if forked is not None:
+        rows.append(
+            Row(
+                "14 scale p99, bare agents forked from a template",
+                "ms",
+                prod["p99"],
+                forked["p99"],
+                "bare broker",
+                goal="(reported)",
+                note=f"p50 {_ms(forked):.1f} ms; the forked bare agents' CPU per delegate "
+                f"{cpu_text(forked['agentsCpu'])}; the bare broker's "
+                f"{forked['routerCpu']['cpuUs']:.0f} us",
+            )
+        )
     if split is not None:
         rows.append(
             Row(
@@ -251,6 +290,10 @@ def run(quick: bool) -> list[Row]:
                 + (f"; lost {split['lost']}" if split["lost"] else ""),
             )
         )
+    forked_pss = forked_startup = ""
+    if forked is not None:  # the same figures for the bare agents forked from a template
+        forked_pss = f"; bare agents forked: PSS {forked['memoryAfter']['pssMiBSum']:,.0f} MiB"
+        forked_startup = f"bare agents forked from a template {forked['startup']['seconds']:.2f} s"
     rows += [
         Row(
             f"14 idle PSS per agent ({agents:,} agents)",
@@ -273,15 +316,16 @@ def run(quick: bool) -> list[Row]:
             note=f"RSS summed over the agents {after['rssMiBSum']:,.0f} MiB (bare "
             f"{bare['memoryAfter']['rssMiBSum']:,.0f}), counting the pages they share once "
             f"per agent; idle, after one turn: PSS {idle['pssMiBSum']:,.0f} MiB, RSS "
-            f"{idle['rssMiBSum']:,.0f} MiB",
+            f"{idle['rssMiBSum']:,.0f} MiB{forked_pss}",
         ),
         Row(
             f"14 scale: {agents:,} cold agents started and answering",
             "s",
             prod["startup"]["seconds"],
             bare["startup"]["seconds"],
-            "bare agents, forked",
+            "bare agents",
             goal="(reported)",
+            note=forked_startup,
         ),
     ]
     return rows

@@ -84,6 +84,7 @@ def _waves(ax: Any, data: dict[str, Any], title: str, xlabel: str) -> None:
     arms = (
         ("product", "product", PRODUCT),
         ("bare", "bare broker", BASELINE),
+        ("bareForked", "bare broker, agents forked", "#9467bd"),
         ("orchestratorOnly", "real orchestrator + bare agents", OTHER),
         ("productStateOnTmpfs", "product, state on tmpfs", "#2ca02c"),
     )
