@@ -57,6 +57,7 @@ from bench.procs import (
     cpu_us_per,
     cpu_use,
     memory_filesystem,
+    memory_monitors,
     short_tmpdir,
     wait_for_quiet_disk,
 )
@@ -130,8 +131,10 @@ def run_waves(
     slowest_ms: list[float] = []  # each wave's slowest answer: how long the wave took
     wave_p50: list[float] = []  # each wave's p50 and p99, for the picture (bench/plots.py)
     wave_p99: list[float] = []
+    monitors = memory_monitors()
     cpu_before = cpu_use(pids)
     router_before = cpu_use(router or [])
+    monitors_before = cpu_use(monitors)
     started = time.monotonic()
     plans = [plan(warmup + wave) for wave in range(waves)]
     for wave in range(waves):
@@ -155,6 +158,7 @@ def run_waves(
     seconds = time.monotonic() - started
     cpu = cpu_us_per(cpu_before, cpu_use(pids), sent)
     router_cpu = cpu_us_per(router_before, cpu_use(router), sent) if router else None
+    monitors_cpu = cpu_us_per(monitors_before, cpu_use(monitors), sent) if monitors else None
     ms = [x * 1000 for x in total.latencies_s]
     return {
         "sent": sent,
@@ -171,6 +175,7 @@ def run_waves(
         "seconds": seconds,
         "agentsCpu": cpu,  # per delegate
         "routerCpu": router_cpu,
+        "memoryMonitorCpu": monitors_cpu,  # per delegate; None where the kernel runs none
     }
 
 
@@ -286,6 +291,16 @@ def _waves_ms(arm: dict[str, Any]) -> str:
     return f"median {slowest.get('p50', math.nan):.1f}, worst {slowest.get('max', math.nan):.1f} ms"
 
 
+def monitor_note(*arms: tuple[str, dict[str, Any]]) -> str:
+    """The kernel's memory monitor's CPU per delegate in each named arm, where the host runs
+    one (`procs.memory_monitors`), as a note's last clause."""
+    cpu = [(name, arm.get("memoryMonitorCpu")) for name, arm in arms]
+    readings = [f"{name} {c['cpuUs']:.1f} us" for name, c in cpu if c is not None]
+    if not readings:
+        return ""
+    return "; the kernel's memory monitor (kdamond) per delegate: " + ", ".join(readings)
+
+
 def _cpu(arm: dict[str, Any]) -> str:
     return cpu_text(arm["agentsCpu"])
 
@@ -364,7 +379,8 @@ def run(quick: bool) -> list[Row]:
             f"(bare {bare['latencyMs'].get('p50', float('nan')):.1f} ms); a wave's slowest "
             f"answer {_waves_ms(prod)} (bare {_waves_ms(bare)}); agents' CPU per "
             f"delegate {_cpu(prod)}, bare agents {_cpu(bare)}; a new file {create_us:.0f} us of "
-            f"CPU at the start (waited {waited:.0f} s for it)",
+            f"CPU at the start (waited {waited:.0f} s for it)"
+            + monitor_note(("product", prod), ("bare", bare)),
         ),
         Row(
             f"7 scale p99, real orchestrator + {agents} bare agents",

@@ -49,6 +49,7 @@ from bench.fig_scale import (
     bare_wave,
     count_start_wave,
     lost_note,
+    monitor_note,
     product_wave,
     run_waves,
 )
@@ -260,7 +261,8 @@ def run(quick: bool) -> list[Row]:
             f"agents' CPU per delegate {cpu_text(prod['agentsCpu'])}, bare agents "
             f"{cpu_text(bare['agentsCpu'])}; the orchestrator's "
             f"{prod['routerCpu']['cpuUs']:.0f} us, the bare broker's "
-            f"{bare['routerCpu']['cpuUs']:.0f} us",
+            f"{bare['routerCpu']['cpuUs']:.0f} us"
+            + monitor_note(("product", prod), ("bare", bare)),
         ),
     ]
     if forked is not None:
@@ -274,7 +276,7 @@ def run(quick: bool) -> list[Row]:
                 goal="(reported)",
                 note=f"p50 {_ms(forked):.1f} ms; the forked bare agents' CPU per delegate "
                 f"{cpu_text(forked['agentsCpu'])}; the bare broker's "
-                f"{forked['routerCpu']['cpuUs']:.0f} us",
+                f"{forked['routerCpu']['cpuUs']:.0f} us" + monitor_note(("forked bare", forked)),
             )
         )
     if split is not None:

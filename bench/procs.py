@@ -244,6 +244,21 @@ def cpu_text(cpu: dict[str, float | None]) -> str:
     return f"{cpu['cpuUs']:.0f} us{split}, on a CPU {cpu['runs']:.2f} times{faulted}"
 
 
+def memory_monitors() -> list[int]:
+    """The kernel's DAMON threads (`kdamond.N`), which some hosts run to find cold memory:
+    every sampling interval each checks whether pages were accessed, walking every mapping of
+    each page it samples, so its CPU grows with the processes that share pages (agents forked
+    from one template). Their CPU is the machine's, not the figure's arms', and shows in their
+    waves."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if (entry / "comm").read_text().startswith("kdamond"):
+                    pids.append(int(entry.name))
+    return pids
+
+
 def _stat_fields(proc_dir: Path) -> list[str]:
     """The fields of /proc/PID/stat after the command name (state first); [] if it is gone."""
     try:

@@ -1,12 +1,14 @@
-"""The baselines' helpers at a figure's scale: a thousand agents' pipes are open at once."""
+"""The bench's helpers at a figure's scale: a thousand agents' pipes open at once, and the
+kernel threads whose CPU the scale figures report beside the arms'."""
 
 import os
 import resource
 import subprocess
 import sys
+from pathlib import Path
 
 from bench import baselines
-from bench.procs import Procs
+from bench.procs import Procs, memory_monitors
 
 
 def test_a_helpers_line_is_read_past_file_descriptor_1024() -> None:
@@ -23,3 +25,12 @@ def test_a_helpers_line_is_read_past_file_descriptor_1024() -> None:
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_kernels_memory_monitors_are_found_as_damon_lists_them() -> None:
+    admin = Path("/sys/kernel/mm/damon/admin/kdamonds")
+    listed = set()
+    for kdamond in admin.glob("[0-9]*") if admin.is_dir() else ():
+        if (kdamond / "state").read_text().strip() == "on":
+            listed.add(int((kdamond / "pid").read_text()))
+    assert set(memory_monitors()) == listed
