@@ -209,8 +209,8 @@ def run(quick: bool) -> list[Row]:
     names = [f"w{i}" for i in range(agents)]
     planned = agents * rounds
     prod = _product(names, rounds)
-    # The baseline's arm last: the minute after 1,000 interpreters exit is not quiet (arms run
-    # right after it had their p99 at 2-7x their p50, against ~1.3x otherwise).
+    # The baseline's arm last: the minute after 1,000 interpreters exit is not quiet, and an
+    # arm run in it would measure their teardown (docs/performance.md, figure 14).
     forked = None if quick else _bare(names, rounds, forked=True)
     split = None if quick else _orchestrator_only(names, rounds)
     bare = _bare(names, rounds, forked=False)
