@@ -170,7 +170,7 @@ class ToolExecutor:
             raise
         except BaseException as exc:  # noqa: BLE001 - handler errors are data, never crashes
             return ToolResult.fail(error_info(exc, entry.error_message_limit))
-        if isinstance(output, _SHAPED):
+        if type(output) not in _PLAIN and isinstance(output, _SHAPED):
             return shape_output(entry, output, submit)
         try:  # plain data, by far the most common, is shaped here
             _encoder.encode(output)  # the LLM reads JSON: refuse what cannot become JSON
@@ -349,6 +349,9 @@ def shape_output(entry: ToolEntry, output: Any, submit: PendingSubmit | None) ->
 
 
 _SHAPED = (ToolResult, Pending)  # handler results that are not plain data
+# JSON's own types, never shaped: told by a set lookup, where `isinstance` against
+# `ToolResult` goes through msgspec's metaclass (about as long as the JSON check itself).
+_PLAIN = frozenset({dict, list, str, int, float, bool, type(None)})
 
 
 def _json_checked(name: str, result: ToolResult) -> ToolResult:

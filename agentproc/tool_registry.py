@@ -123,6 +123,7 @@ _EXACT_TYPES: dict[str, tuple[type, ...]] = {
     "array": (list,),
 }
 _NOTES = {"description", "title"}  # keywords that constrain nothing
+_ABSENT = object()  # a missing property's value: its type is in no `_EXACT_TYPES` entry
 
 
 def quick_validator(schema: Any, compiled: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -137,13 +138,13 @@ def quick_validator(schema: Any, compiled: Callable[[Any], Any]) -> Callable[[An
         return compiled
     types, required, closed = plan
     if closed and required == types.keys():
-        count = len(types)
+        count, declared = len(types), tuple(types.items())
 
         def validate_exact(data: Any) -> Any:
             # Exactly the declared properties: as many keys, each one of them, well typed.
             if type(data) is dict and len(data) == count:
-                for key, value in data.items():
-                    if type(value) not in types.get(key, ()):
+                for key, allowed in declared:
+                    if type(data.get(key, _ABSENT)) not in allowed:
                         break
                 else:
                     return data
@@ -199,7 +200,11 @@ class ToolRegistry:
     def __init__(self, entries: list[ToolEntry]) -> None:
         self._config = {entry.name: entry for entry in entries if entry.source == "config"}
         self._dynamic = {entry.name: entry for entry in entries if entry.source != "config"}
-        self._by_name = self._merged()  # what `get` reads: one lookup per call
+        # What `get` reads, config tools over the others; changed in place, so that `get` can
+        # be its own method: one C call per tool call, no Python frame.
+        self._by_name: dict[str, ToolEntry] = {}
+        self.get: Callable[[str], ToolEntry | None] = self._by_name.get
+        self._merge()
         self.version = 0  # bumped on every change, so a cached catalog knows to rebuild
         # Catalog refreshes under way (an MCP server's `list_changed`): the next step waits
         # for them, so it offers the new list.
@@ -228,7 +233,7 @@ class ToolRegistry:
         if not placed:
             merged.update((e.name, e) for e in entries)
         self._config = merged
-        self._by_name = self._merged()
+        self._merge()
         self.version += 1
 
     async def settle(self, timeout_s: float = 10.0) -> None:
@@ -243,15 +248,14 @@ class ToolRegistry:
         if entry.name in self._config:
             return False
         self._dynamic[entry.name] = entry
-        self._by_name = self._merged()
+        self._merge()
         self.version += 1
         return True
 
-    def _merged(self) -> dict[str, ToolEntry]:
-        return {**self._dynamic, **self._config}  # a config tool wins over a same-named other
-
-    def get(self, name: str) -> ToolEntry | None:
-        return self._by_name.get(name)
+    def _merge(self) -> None:
+        self._by_name.clear()
+        self._by_name.update(self._dynamic)
+        self._by_name.update(self._config)  # a config tool wins over a same-named other
 
     def names(self) -> list[str]:
         return [*self._config, *(n for n in self._dynamic if n not in self._config)]

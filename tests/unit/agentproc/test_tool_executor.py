@@ -473,6 +473,10 @@ EXACT = {  # closed, every property required
     "required": ["s", "n"],
     "properties": {"n": {"type": "integer"}, "s": {"type": "string"}},
 }
+EXACT_NULLABLE = {  # a missing property must not pass for one that may be null
+    **EXACT,
+    "properties": {"n": {"type": "integer"}, "s": {"type": ["string", "null"]}},
+}
 VALUES = [
     {"n": 1, "s": "a"},
     {"n": 1, "s": "a", "x": 1.5, "b": True, "z": None, "o": {"k": 1}, "a": [1, "2"]},
@@ -484,6 +488,8 @@ VALUES = [
     {},
     {"n": 1, "s": "a", "extra": 1},
     {"n": 1, "extra": "a"},
+    {"n": 1, "extra": None},
+    {"n": 1, "s": None},
     {"n": 1, "s": "a", "b": 0},
     {"n": 1, "s": "a", "z": 1},
     {"n": 1, "s": "a", "a": (1, 2)},
@@ -503,7 +509,8 @@ def outcome(validate, value):
 
 
 @pytest.mark.parametrize(
-    "schema", [FLAT, OPEN, EXACT, SCHEMA, {**OPEN, "additionalProperties": True}]
+    "schema",
+    [FLAT, OPEN, EXACT, EXACT_NULLABLE, SCHEMA, {**OPEN, "additionalProperties": True}],
 )
 @pytest.mark.parametrize("value", VALUES)
 def test_the_quick_validator_answers_as_the_compiled_one(schema, value):
