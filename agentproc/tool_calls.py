@@ -39,25 +39,15 @@ _encoder = msgspec.json.Encoder()
 _PREVIEW = 1000  # characters of arguments and details kept in runtime events
 
 
-class CallCtx(ToolCallMiddlewareContext):
-    __slots__ = (
-        "run",
-        "call",
-        "assistant",
-        "span",
-        "step_span",
-        "catalog_names",
-        "loop_verdict",
-        "loop_warning",
-    )
+class CallCtx(ToolCallMiddlewareContext, kw_only=True):
     run: TurnRun
     call: ToolCall
     assistant: Message
     span: str
     step_span: str
     catalog_names: frozenset[str]
-    loop_verdict: Verdict  # loop detection's judgement on the arguments as executed
-    loop_warning: str | None
+    loop_verdict: Verdict = "run"  # loop detection's judgement on the arguments as executed
+    loop_warning: str | None = None
 
     @property
     def runtime(self) -> RuntimeContext:
@@ -221,7 +211,7 @@ def _call_ctx(
     args: dict[str, Any],
 ) -> CallCtx:
     run = step.run
-    ctx = CallCtx(  # positional: keywords to a class cost a dict per call
+    return CallCtx(
         run.agent.pipeline.chain("toolCall", _call_core),
         run.agent.name,
         run.input.instance_key,
@@ -231,11 +221,13 @@ def _call_ctx(
         call.name,
         call.id,
         args,
+        run=run,
+        call=call,
+        assistant=assistant,
+        span=span,
+        step_span=step.span,
+        catalog_names=names,
     )
-    ctx.run, ctx.call, ctx.assistant = run, call, assistant
-    ctx.span, ctx.step_span, ctx.catalog_names = span, step.span, names
-    ctx.loop_verdict, ctx.loop_warning = "run", None
-    return ctx
 
 
 async def _through_middleware(ctx: CallCtx) -> ToolResult:

@@ -241,16 +241,15 @@ Layer = Callable[[Any], Awaitable[Any]]
 
 
 class _Onion(Generic[R]):
-    """The `next()` of every middleware context: walks the layers composed once per agent."""
+    """The `next()` of every middleware context: walks the layers composed once per agent.
 
-    __slots__ = ("_layers", "_depth", "_nexted")
+    A context has `_layers` and `_depth`: the layer running now, `d` while its next() may
+    come, `-1 - d` once it has run (one field, written twice per layer: a Struct's fields
+    cost more to write than a plain class's)."""
 
-    def __init__(self, layers: tuple[Layer, ...]) -> None:
-        self._layers = layers
-        self._depth = 0  # the layer running now, whose next() call comes next
-        # Layers 0 .. _nexted - 1 have called next(): always a prefix, since layer i runs
-        # only through layer i - 1's next().
-        self._nexted = 0
+    __slots__ = ()
+    _layers: tuple[Layer, ...]
+    _depth: int
 
     def _start(self) -> Awaitable[R]:
         """The runtime's entry into the outermost layer."""
@@ -259,19 +258,23 @@ class _Onion(Generic[R]):
     async def next(self) -> R:
         """Run the inner layers (and finally the core) and return their result."""
         depth = self._depth
-        if depth < self._nexted:
-            name = getattr(self._layers[depth], "__qualname__", repr(self._layers[depth]))
+        if depth < 0:
+            layer = self._layers[-1 - depth]
+            name = getattr(layer, "__qualname__", repr(layer))
             raise MiddlewareError(f"middleware {name} called ctx.next() more than once")
-        self._nexted = self._depth = depth + 1
+        # (Each context declares `_depth`, as a slot or a Struct field: mypy sees only ours.)
+        self._depth = depth + 1  # type: ignore[misc]
         try:
             result: R = await self._layers[depth + 1](self)
             return result
         finally:
-            self._depth = depth
+            self._depth = -1 - depth  # type: ignore[misc]  # back in `depth`, next() run
 
 
 class TurnMiddlewareContext(_Onion[TurnResult]):
     __slots__ = (
+        "_layers",
+        "_depth",
         "agent_name",
         "instance_key",
         "turn_id",
@@ -296,7 +299,7 @@ class TurnMiddlewareContext(_Onion[TurnResult]):
         agents: MiddlewareAgents,
         emit: Callable[[MessageEvent], None],
     ) -> None:
-        super().__init__(layers)
+        self._layers, self._depth = layers, 0
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.turn_id = turn_id
@@ -323,6 +326,8 @@ class TurnMiddlewareContext(_Onion[TurnResult]):
 
 class StepMiddlewareContext(_Onion[StepResult]):
     __slots__ = (
+        "_layers",
+        "_depth",
         "agent_name",
         "instance_key",
         "turn_id",
@@ -351,7 +356,7 @@ class StepMiddlewareContext(_Onion[StepResult]):
         turn_metadata: dict[str, Any],
         emit: Callable[[MessageEvent], None],
     ) -> None:
-        super().__init__(layers)
+        self._layers, self._depth = layers, 0
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.turn_id = turn_id
@@ -373,45 +378,20 @@ class StepMiddlewareContext(_Onion[StepResult]):
         raise NotImplementedError("ctx.runtime is provided by the agent process")
 
 
-class ToolCallMiddlewareContext(_Onion[ToolResult]):
-    __slots__ = (
-        "agent_name",
-        "instance_key",
-        "turn_id",
-        "trace_id",
-        "step_index",
-        "tool_name",
-        "tool_call_id",
-        "args",
-        "metadata",
-    )
-
-    def __init__(
-        self,
-        layers: tuple[Layer, ...],
-        agent_name: str,
-        instance_key: str,
-        turn_id: str,
-        trace_id: str,
-        step_index: int,
-        tool_name: str,
-        tool_call_id: str,
-        args: dict[str, Any],
-    ) -> None:
-        # Built for every tool call, so: positional parameters (a class called with keywords
-        # builds a dict of them first), and `_Onion.__init__`'s fields set here.
-        self._layers = layers
-        self._depth = 0
-        self._nexted = 0
-        self.agent_name = agent_name
-        self.instance_key = instance_key
-        self.turn_id = turn_id
-        self.trace_id = trace_id
-        self.step_index = step_index
-        self.tool_name = tool_name  # "{resource}__{export}"
-        self.tool_call_id = tool_call_id
-        self.args = args  # mutable: the handler receives what is here after the outer layers
-        self.metadata: dict[str, Any] = {}
+class ToolCallMiddlewareContext(msgspec.Struct, _Onion[ToolResult]):
+    # Built for every tool call, so a Struct: built in C, in under half the time of a class
+    # with an `__init__`.
+    _layers: tuple[Layer, ...]
+    agent_name: str
+    instance_key: str
+    turn_id: str
+    trace_id: str
+    step_index: int
+    tool_name: str  # "{resource}__{export}"
+    tool_call_id: str
+    args: dict[str, Any]  # mutable: the handler receives what is here after the outer layers
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
+    _depth: int = 0
 
     @property
     def runtime(self) -> RuntimeContext:

@@ -67,6 +67,29 @@ async def test_next_may_be_called_at_most_once(tmp_path):
     assert outcome.finish_reason == "text_response"  # the turn goes on
 
 
+async def test_a_second_next_is_refused_after_an_inner_layer_short_circuits(tmp_path):
+    ran: list[str] = []
+
+    async def twice(ctx):
+        await ctx.next()
+        return await ctx.next()  # the inner layer answered without calling next()
+
+    async def answers(ctx):
+        ran.append("answers")
+        return ToolResult.ok("from middleware")
+
+    model = ScriptedModel(reply(None, call("t__a")), reply("done"))
+    definition = agent(model, tool("t__a", lambda c, a: ran.append("handler")))
+    definition.pipeline.register("toolCall", twice)
+    definition.pipeline.register("toolCall", answers)
+    await turn(definition, tmp_path)
+    [result] = tool_results(model)
+    assert result["error"]["code"] == "E_TOOL_MIDDLEWARE"
+    refused = f"middleware {twice.__qualname__} called ctx.next() more than once"
+    assert refused in result["error"]["message"]
+    assert ran == ["answers"]  # neither the inner layer again nor the handler
+
+
 async def test_tool_call_middleware_rewrites_args_and_short_circuits(tmp_path):
     seen: list[object] = []
 
