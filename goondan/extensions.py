@@ -243,38 +243,55 @@ Layer = Callable[[Any], Awaitable[Any]]
 class _Onion(Generic[R]):
     """The `next()` of every middleware context: walks the layers composed once per agent.
 
-    A context has `_layers` and `_depth`: the layer running now, `d` while its next() may
-    come, `-1 - d` once it has run (one field, written twice per layer: a Struct's fields
-    cost more to write than a plain class's)."""
+    `next()` hands back the inner layer's coroutine rather than awaiting it in a coroutine of
+    its own, so that a layer's `await ctx.next()` runs the inner layer itself: one frame per
+    layer, not two. Nothing then runs when an inner layer returns, so the context cannot
+    count its way back out; instead it keeps the coroutines of the layers it started
+    (`_started`, outermost first) and asks them who is calling. The only layer allowed is the
+    innermost started, which is running when it calls and has not called yet."""
 
     __slots__ = ()
     _layers: tuple[Layer, ...]
-    _depth: int
+    _started: list[Any]
 
     def _start(self) -> Awaitable[R]:
         """The runtime's entry into the outermost layer."""
-        return self._layers[0](self)
+        outer = self._layers[0](self)
+        self._started.append(outer)
+        return outer
 
-    async def next(self) -> R:
-        """Run the inner layers (and finally the core) and return their result."""
-        depth = self._depth
-        if depth < 0:
-            layer = self._layers[-1 - depth]
-            name = getattr(layer, "__qualname__", repr(layer))
-            raise MiddlewareError(f"middleware {name} called ctx.next() more than once")
-        # (Each context declares `_depth`, as a slot or a Struct field: mypy sees only ours.)
-        self._depth = depth + 1  # type: ignore[misc]
-        try:
-            result: R = await self._layers[depth + 1](self)
-            return result
-        finally:
-            self._depth = -1 - depth  # type: ignore[misc]  # back in `depth`, next() run
+    def next(self) -> Awaitable[R]:
+        """The inner layers (and finally the core), to await for their result; once per
+        layer."""
+        started = self._started
+        if not started[-1].cr_running:  # not from inside the innermost layer started
+            self._check_caller()
+        inner: Awaitable[R] = self._layers[len(started)](self)
+        started.append(inner)
+        return inner
+
+    def _check_caller(self) -> None:
+        """MiddlewareError unless the caller is the innermost layer started. The caller is the
+        innermost layer running; when none is (a call from another task or a callback), the
+        innermost one not finished."""
+        started = self._started
+        running = [depth for depth, coro in enumerate(started) if coro.cr_running]
+        if running:
+            caller = running[-1]
+        else:
+            unfinished = [depth for depth, coro in enumerate(started) if coro.cr_frame]
+            caller = unfinished[-1] if unfinished else 0
+            if caller == len(started) - 1 and unfinished:
+                return
+        layer = self._layers[caller]
+        name = getattr(layer, "__qualname__", repr(layer))
+        raise MiddlewareError(f"middleware {name} called ctx.next() more than once")
 
 
 class TurnMiddlewareContext(_Onion[TurnResult]):
     __slots__ = (
         "_layers",
-        "_depth",
+        "_started",
         "agent_name",
         "instance_key",
         "turn_id",
@@ -299,7 +316,7 @@ class TurnMiddlewareContext(_Onion[TurnResult]):
         agents: MiddlewareAgents,
         emit: Callable[[MessageEvent], None],
     ) -> None:
-        self._layers, self._depth = layers, 0
+        self._layers, self._started = layers, []
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.turn_id = turn_id
@@ -327,7 +344,7 @@ class TurnMiddlewareContext(_Onion[TurnResult]):
 class StepMiddlewareContext(_Onion[StepResult]):
     __slots__ = (
         "_layers",
-        "_depth",
+        "_started",
         "agent_name",
         "instance_key",
         "turn_id",
@@ -356,7 +373,7 @@ class StepMiddlewareContext(_Onion[StepResult]):
         turn_metadata: dict[str, Any],
         emit: Callable[[MessageEvent], None],
     ) -> None:
-        self._layers, self._depth = layers, 0
+        self._layers, self._started = layers, []
         self.agent_name = agent_name
         self.instance_key = instance_key
         self.turn_id = turn_id
@@ -391,7 +408,7 @@ class ToolCallMiddlewareContext(msgspec.Struct, _Onion[ToolResult]):
     tool_call_id: str
     args: dict[str, Any]  # mutable: the handler receives what is here after the outer layers
     metadata: dict[str, Any] = msgspec.field(default_factory=dict)
-    _depth: int = 0
+    _started: list[Any] = msgspec.field(default_factory=list)
 
     @property
     def runtime(self) -> RuntimeContext:

@@ -1,5 +1,6 @@
 """The turn / step / toolCall onions: order, next() rules, what each layer may change."""
 
+import asyncio
 from typing import Any
 
 import msgspec
@@ -88,6 +89,30 @@ async def test_a_second_next_is_refused_after_an_inner_layer_short_circuits(tmp_
     refused = f"middleware {twice.__qualname__} called ctx.next() more than once"
     assert refused in result["error"]["message"]
     assert ran == ["answers"]  # neither the inner layer again nor the handler
+
+
+async def test_next_may_be_called_from_a_task_the_layer_awaits(tmp_path):
+    async def call_next(ctx):
+        return await ctx.next()
+
+    async def in_a_task(ctx):
+        return await asyncio.create_task(call_next(ctx))
+
+    async def in_two_tasks(ctx):
+        await asyncio.create_task(call_next(ctx))
+        return await asyncio.create_task(call_next(ctx))
+
+    results = []
+    for layer in (in_a_task, in_two_tasks):
+        model = ScriptedModel(reply(None, call("t__a", {"n": 4})), reply("done"))
+        definition = agent(model, tool("t__a", lambda c, a: a["n"] * 2))
+        definition.pipeline.register("toolCall", layer)
+        await turn(definition, tmp_path / layer.__name__)
+        results.extend(tool_results(model))
+    assert results[0] == {"status": "ok", "output": 8}
+    assert results[1]["error"]["code"] == "E_TOOL_MIDDLEWARE"
+    refused = f"middleware {in_two_tasks.__qualname__} called ctx.next() more than once"
+    assert refused in results[1]["error"]["message"]
 
 
 async def test_tool_call_middleware_rewrites_args_and_short_circuits(tmp_path):
