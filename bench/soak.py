@@ -69,7 +69,10 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.attacks: Counter[str] = Counter()
         self.notes: dict[str, str] = {}
-        self.crash_times: list[float] = []
+        # When each crash (a kill, a death, a respawn seen) may have happened: (earliest,
+        # latest), one moment for the harness's own kills, a span for what it only noticed.
+        self.crash_times: list[tuple[float, float]] = []
+        self._alive_at = time.time()  # the sampler last saw the orchestrator alive
         self.disk_freed_times: list[float] = []  # when each disk-full episode ended
         self.unexpected_exits: list[str] = []
         self.orphans = 0
@@ -160,12 +163,14 @@ class Soak:
                 if not pids:
                     return  # none running now; the next one will find one
                 agent = self.rng.choice(sorted(pids))
-                self.crash_times.append(time.time())
+                now = time.time()
+                self.crash_times.append((now, now))
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pids[agent], 9)
                 note = agent
             elif name == "kill_orchestrator":
-                self.crash_times.append(time.time())
+                now = time.time()
+                self.crash_times.append((now, now))
                 self.orphans += len(self.daemon.kill())
                 self.daemon.start()
             elif name == "disk_full":
@@ -197,7 +202,7 @@ class Soak:
         if self.daemon.alive() or self.daemon.proc is None:
             return
         code = self.daemon.proc.returncode
-        self.crash_times.append(time.time())
+        self.crash_times.append((self._alive_at, time.time()))
         self.unexpected_exits.append(f"exit {code}: {self.daemon.log_tail(3)}")
         self.daemon.generation.went_down()
         self.orphans += len(self.daemon.after_death(self._last_agents))
@@ -207,12 +212,15 @@ class Soak:
         """Peak RSS (sampled each 0.5 s; the orchestrator's own high-water mark too) and the
         moments an agent was replaced by something other than the harness."""
         seen: dict[str, int] = {}
+        read_at = time.time()  # when the agents' pids were last read
         while not self._stop.is_set() or self.daemon.alive():
             pid = self.daemon.pid
             if pid is not None and self.daemon.alive():
+                self._alive_at = time.time()
                 orchestrator = max(rss_kib(pid), rss_kib(pid, "VmHWM"))
                 self.peak["orchestrator"] = max(self.peak["orchestrator"], orchestrator)
                 pids = self.daemon.agent_pids()
+                replaced_since, read_at = read_at, time.time()
                 self._last_agents = list(pids.values())
                 total = sum(rss_kib(p) for p in pids.values())
                 self.peak["agents"] = max(self.peak["agents"], total)
@@ -220,8 +228,8 @@ class Soak:
                     used = disk_used_kib(self.daemon.state_root)
                     self.disk_peak_kib = max(self.disk_peak_kib, used)
                 for name, agent_pid in pids.items():
-                    if seen.get(name, agent_pid) != agent_pid:
-                        self.crash_times.append(time.time() - 0.5)  # before it was noticed
+                    if seen.get(name, agent_pid) != agent_pid:  # since the last read
+                        self.crash_times.append((replaced_since, read_at))
                     seen[name] = agent_pid
             if self._stop.wait(0.5) and not self.daemon.alive():
                 return
@@ -272,9 +280,10 @@ class Soak:
             "agentKills": self.attacks["kill_agent"],
             "orphanedAgents": self.orphans,
             "diskFullEpisodes": self.attacks["disk_full"],
-            # When each crash (a kill, a death, a respawn seen) and each disk-full episode's
-            # end happened: what a duplicate's ledger lines are read against.
-            "crashTimes": [round(t, 3) for t in self.crash_times],
+            # When each crash (a kill, a death, a respawn seen) may have happened, as
+            # [earliest, latest], and when each disk-full episode ended: what a duplicate's
+            # ledger lines are read against.
+            "crashTimes": [[round(lo, 3), round(hi, 3)] for lo, hi in self.crash_times],
             "diskFreedTimes": [round(t, 3) for t in self.disk_freed_times],
             "peakRssKiB": dict(self.peak),
             "attacks": attacks_run,

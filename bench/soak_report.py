@@ -14,11 +14,14 @@ snapshots and the ledger; then the table and the JSON file.
 - unacknowledged: the daemon died before the client got any answer and nothing shows it was
   journaled: never accepted, so not lost.
 - duplicated: the client got two answers for one request, or one agent process ran the same
-  request's turn twice with no crash (harness kill, daemon death, agent respawn) in between,
-  nor, for a journaled input, the end of a disk-full episode. Redelivery after a crash is
-  at-least-once by design and is not a duplicate; so is the journal's delivery again of an
-  input whose replay failed on the full disk (`E_STORAGE`): once space returns it runs
-  again, from its input if other turns of its instance followed it (`Replay.superseded`).
+  request's turn twice with no crash (harness kill, daemon death, agent respawn) since the
+  request was sent, nor, for a journaled input, the end of a disk-full episode. Since the
+  request, not since the first run's line: a coordinator killed while its delegate ran
+  delegates again once redelivered, and the worker's first line comes after that kill.
+  Redelivery after a crash is at-least-once by design and is not a duplicate; so is the
+  journal's delivery again of an input whose replay failed on the full disk (`E_STORAGE`):
+  once space returns it runs again, from its input if other turns of its instance followed
+  it (`Replay.superseded`).
 """
 
 from __future__ import annotations
@@ -69,14 +72,16 @@ def classify(
     requests: list[Request],
     journal_ids: Mapping[str, str],
     ledger: list[LedgerLine],
-    crash_times: list[float],
+    crash_times: list[tuple[float, float]],
     turns: Mapping[str, CoordinatorTurn] | None = None,
     disk_freed_times: list[float] | None = None,
 ) -> Fates:
-    """`turns`: what the coordinators' conversations show (`soak_bundle.coordinator_turns`);
+    """`crash_times`: when each crash may have happened, (earliest, latest); `turns`: what
+    the coordinators' conversations show (`soak_bundle.coordinator_turns`);
     `disk_freed_times`: when each disk-full episode ended."""
     turns = turns or {}
-    redelivered_journaled = sorted(crash_times + (disk_freed_times or []))
+    freed = [(t, t) for t in disk_freed_times or []]
+    redelivered_journaled = sorted(crash_times + freed)
     fates = Fates(sent=len(requests))
     by_id: dict[str, list[LedgerLine]] = defaultdict(list)
     for line in ledger:
@@ -124,7 +129,9 @@ def classify(
         if req.answers > 1:
             fates.duplicated_answers += 1
         elif _turn_twice_without_crash(
-            lines, redelivered_journaled if req.request_id in journal_ids else crash_times
+            lines,
+            req.sent_at,
+            redelivered_journaled if req.request_id in journal_ids else crash_times,
         ):
             fates.duplicated_turns += 1
         else:
@@ -143,14 +150,17 @@ def classify(
     return fates
 
 
-def _turn_twice_without_crash(lines: list[LedgerLine], redelivery_times: list[float]) -> bool:
-    seen: dict[tuple[str, int], float] = {}
+def _turn_twice_without_crash(
+    lines: list[LedgerLine], sent_at: float, redeliveries: list[tuple[float, float]]
+) -> bool:
+    """One process ran the request's turn again, and nothing that redelivers (each given as
+    the span it may have happened in) can have happened between the request and the run."""
+    seen: set[tuple[str, int]] = set()
     for line in sorted(lines, key=lambda item: item.at):
         key = (line.role, line.pid)
-        earlier = seen.get(key)
-        if earlier is not None and not any(earlier <= t <= line.at for t in redelivery_times):
+        if key in seen and not any(lo <= line.at and hi >= sent_at for lo, hi in redeliveries):
             return True
-        seen[key] = line.at
+        seen.add(key)
     return False
 
 

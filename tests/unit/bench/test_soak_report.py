@@ -27,9 +27,9 @@ def coordinator_turn(root: Path, key: str, request_id: str, *, cut: bool) -> Non
     convo.flush()
 
 
-def interrupted_request(request_id: str) -> Request:
+def interrupted_request(request_id: str, sent_at: float = 0.0) -> Request:
     # the orchestrator died while the client waited
-    return Request(request_id, client=0, sent_at=0.0, generation=0, outcome="interrupted")
+    return Request(request_id, client=0, sent_at=sent_at, generation=0, outcome="interrupted")
 
 
 def test_a_turn_finished_after_its_tool_was_cut_short_is_answered(tmp_path: Path) -> None:
@@ -57,7 +57,7 @@ def test_a_journaled_input_run_again_once_the_disk_had_room_is_no_duplicate() ->
     turns of its instance followed it, so it runs again from its input, and its worker's
     tool with it, in the same process: at-least-once by design, as after a crash. The same
     twice with no episode's end between, or for an input never journaled, is a duplicate."""
-    requests = [interrupted_request(r) for r in ("r-replayed", "r-early", "r-client")]
+    requests = [interrupted_request(r, 3.0) for r in ("r-replayed", "r-early", "r-client")]
     journal = {"r-replayed": "j-1", "r-early": "j-2"}
     ledger = [
         LedgerLine("r-replayed", "worker", 7, "t1", 10.0),
@@ -67,10 +67,10 @@ def test_a_journaled_input_run_again_once_the_disk_had_room_is_no_duplicate() ->
         LedgerLine("r-client", "worker", 7, "t5", 10.0),
         LedgerLine("r-client", "worker", 7, "t6", 14.0),  # never journaled: never replayed
     ]
-    fates = classify(requests, journal, ledger, [1.0], {}, [12.0])
+    fates = classify(requests, journal, ledger, [(1.0, 1.0)], {}, [12.0])  # a crash before
     assert fates.duplicated_turns == 2
     assert sorted(fates.duplicated_ids) == ["r-client", "r-early"]
-    crash_only = classify(requests, journal, ledger, [1.0], {})
+    crash_only = classify(requests, journal, ledger, [(1.0, 1.0)], {})
     assert sorted(crash_only.duplicated_ids) == ["r-client", "r-early", "r-replayed"]
 
 
@@ -87,3 +87,35 @@ def test_a_duplicate_is_told_with_its_ledger_lines() -> None:
         "r-twice: client saw interrupted, 0 answers, not journaled; "
         "ledger worker pid 7 at 10.000 turn t1, worker pid 7 at 14.000 turn t2"
     ]
+
+
+def test_a_worker_run_again_after_its_requester_died_mid_delegate_is_no_duplicate() -> None:
+    """A coordinator killed while its delegate ran is redelivered and delegates again: the
+    worker's process runs the request twice, and both its lines come after the kill. So is a
+    replacement the harness only noticed, given as the span it happened in. A crash before
+    the request was sent excuses nothing."""
+    requests = [
+        interrupted_request("r-killed", 4.0),
+        interrupted_request("r-noticed", 4.0),
+        interrupted_request("r-before", 4.0),
+    ]
+    ledger = [
+        LedgerLine("r-killed", "worker", 7, "t1", 6.0),
+        LedgerLine("r-killed", "worker", 7, "t2", 8.0),
+        LedgerLine("r-noticed", "worker", 8, "t3", 21.0),
+        LedgerLine("r-noticed", "worker", 8, "t4", 22.0),
+        LedgerLine("r-before", "worker", 9, "t5", 31.0),
+        LedgerLine("r-before", "worker", 9, "t6", 32.0),
+    ]
+    crashes = [(1.0, 1.0), (5.0, 5.0), (20.0, 23.5)]  # the last one seen by the sampler
+    fates = classify(requests, {}, ledger, crashes, {})
+    # r-before's lines come after the span, but the request was sent before it began
+    assert fates.duplicated_ids == []
+    late = [interrupted_request("r-late", 24.0), interrupted_request("r-before", 4.0)]
+    late_lines = [
+        LedgerLine("r-late", "worker", 7, "t7", 25.0),
+        LedgerLine("r-late", "worker", 7, "t8", 26.0),
+        *ledger[4:],
+    ]
+    fates = classify(late, {}, late_lines, [(1.0, 1.0)], {})
+    assert sorted(fates.duplicated_ids) == ["r-before", "r-late"]
