@@ -81,7 +81,7 @@ def classify(
     `disk_freed_times`: when each disk-full episode ended."""
     turns = turns or {}
     freed = [(t, t) for t in disk_freed_times or []]
-    redelivered_journaled = sorted(crash_times + freed)
+    redelivered_journaled = crash_times + freed
     fates = Fates(sent=len(requests))
     by_id: dict[str, list[LedgerLine]] = defaultdict(list)
     for line in ledger:
