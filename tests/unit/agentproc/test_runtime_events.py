@@ -223,3 +223,22 @@ def test_a_full_batch_is_written_after_the_turn_not_in_its_middle(tmp_path: Path
         log.close()
 
     virtual_clock.run(main())
+
+
+def test_an_event_with_data_json_cannot_hold_is_dropped_and_its_batch_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def main() -> None:
+        log = _log_on_loop_clock(tmp_path)
+        log.emit(_event("turn.started"))
+        bad = RuntimeEvent("tool.completed", now_iso(), "a", "k", "t" * 32, new_span_id(),
+                           data={"details": {"when": object()}})  # fmt: skip
+        log.emit(bad)  # the turn goes on
+        log.emit(_event("turn.completed"))
+        log.flush()
+        # Whole lines only: nothing of the dropped event's partial encoding is left between.
+        assert _written(tmp_path) == ["turn.started", "turn.completed"]
+        log.close()
+
+    virtual_clock.run(main())
+    assert "runtime event dropped" in capsys.readouterr().out
