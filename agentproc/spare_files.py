@@ -129,7 +129,7 @@ class SpareFiles:
             if len(self._ready) >= self._count:
                 return False
             if not self._emptied:
-                self._remove_empty_batches()  # once per new spare, not per step
+                self._remove_empty_batches()
                 self._emptied.append(self._new_directory())
                 return True
             spare = self._emptied.pop()
@@ -202,8 +202,15 @@ class SpareFiles:
         return f"{self._batch_prefix}{self._batches}"
 
     def _remove_empty_batches(self) -> None:
-        """The earlier batches whose spares are all gone (an rmdir fails on the others)."""
-        for batch in list(self._earlier_batches):
+        """The earlier batches whose spares are all gone. Every spare in a batch of ours is
+        one of `_ready` or `_emptied` (made here, or taken over by `_claim`), so a batch
+        holding one is not asked: a failed rmdir is a system call and an exception on a
+        refill's step, which a request may be waiting for."""
+        if not self._earlier_batches:
+            return
+        held = {spare.rpartition("/")[0] for spare, _ in self._ready}
+        held.update(spare.rpartition("/")[0] for spare in self._emptied)
+        for batch in [b for b in self._earlier_batches if b not in held]:
             try:
                 os.rmdir(batch)
             except OSError as exc:
