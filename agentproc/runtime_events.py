@@ -105,7 +105,7 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # process with no turn by then: it writes while the agent is idle, rather than in the first
 # turn of the next burst, all at once with its peers (docs/performance.md, "Measurements behind
 # the code"). A batch that holds `flush_count` events is due at once, so
-# it too waits for the answer: written in the middle of a turn, its encoding would be that
+# it too waits for the answer: written in the middle of a turn, its write would be that
 # request's latency, one turn in every `flush_count / 4` (a turn has four events). One that
 # grows to `_HARD_LIMIT` times that (a turn of many tool calls) goes out in the middle. A batch
 # also goes out at once before a tool runs (which may take the process down: the evidence is
@@ -113,7 +113,7 @@ event_decoder = msgspec.json.Decoder(RuntimeEvent)
 # batch's bytes: its data is still in the caches then, and its objects are freed at once.
 # Encoded all at once when written, a batch of 256 cost ~210 µs on cold caches (objects made
 # up to a second before), on the loop right after a turn's answer, where the next request
-# waited for it (docs/performance.md, "Runtime events encoded as they come").
+# could wait for it (docs/performance.md, "Runtime events encoded as they come").
 _WRITE_NOW = frozenset({"tool.called", "tool.approval", "step.failed", "turn.failed"})
 _HARD_LIMIT = 4
 
