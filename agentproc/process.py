@@ -8,6 +8,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -107,6 +108,7 @@ class AgentProcess:
         self.swarm = swarm
         self.catalog = catalog
         self._dirs = paths.swarm(swarm)
+        self._instances_text = str(self._dirs.instances)
         self.log = structlog.get_logger().bind(agent=self.name)
         self.channel = Dealer(
             endpoint,
@@ -361,16 +363,19 @@ class AgentProcess:
         if instance is not None:
             self._instances.move_to_end(key)
             return instance
-        key_dir = self._dirs.instance_dir(key)
+        # `SwarmPaths.instance_dir`, as text for the rename and the look: a `Path` given to
+        # the OS is parsed and interned part by part first, microseconds on the cold caches a
+        # conversation's first request meets.
+        key_text = f"{self._instances_text}/{storage_name(key)}"
         events_fd = None
         try:
-            events_fd = self.spares.place(key_dir)  # the usual new conversation
-            new = events_fd is not None or not os.path.isdir(key_dir)
+            events_fd = self.spares.place(key_text)  # the usual new conversation
+            new = events_fd is not None or not os.path.isdir(key_text)
         except FileExistsError:
             new = False
         instance = self._instances[key] = Instance(
             key,
-            key_dir / self._storage_name,  # conversation_dir, without naming us again
+            Path(key_text, self._storage_name),  # conversation_dir, without naming us again
             workdir=self._dirs.workdir(key),
             fsync_events=self.durability == "fsync",
             events=self.events,

@@ -65,7 +65,7 @@ class SpareFiles:
         self._earlier_batches: list[str] = []  # removed once their spares are gone
         self._adopted = False
 
-    def place(self, key_dir: Path) -> int | None:
+    def place(self, key_dir: str | Path) -> int | None:
         """Make `key_dir`, a new instance key's directory, by renaming a spare onto it: the
         open fd of the empty events file it holds, or None when no spare is ready (or the
         rename fails for another reason: the caller makes the files as before). The rename
