@@ -221,9 +221,9 @@ class RuntimeEventLog:
             os.replace(self.path, self.path.with_name(ROTATED_FILE))
 
     def _unencodable(self, event: RuntimeEvent, exc: Exception) -> None:
-        """Drop an event whose data has no JSON form, not the turn that emitted it (an
-        extension's or a tool's details are checked where they are built; this is the last
-        guard of the log's lines)."""
+        """Drop an event whose data has no JSON form, not the turn that emitted it (what the
+        loop puts in an event is JSON-like already, a tool's details made so where they are
+        built: this is the last guard of the log's lines)."""
         structlog.get_logger().warning(
             "runtime event dropped: its data cannot be written as JSON",
             eventType=event.type,
