@@ -41,6 +41,7 @@ from goondan.paths import (
     StatePaths,
     StorageError,
     delete_conversation,
+    instance_dir_text,
     storage_name,
 )
 from goondan.settings import DEFAULTS, Settings
@@ -363,10 +364,7 @@ class AgentProcess:
         if instance is not None:
             self._instances.move_to_end(key)
             return instance
-        # `SwarmPaths.instance_dir`, as text for the rename and the look: a `Path` given to
-        # the OS is parsed and interned part by part first, microseconds on the cold caches a
-        # conversation's first request meets.
-        key_text = f"{self._instances_text}/{storage_name(key)}"
+        key_text = instance_dir_text(self._instances_text, key)  # for the rename and the look
         events_fd = None
         try:
             events_fd = self.spares.place(key_text)  # the usual new conversation

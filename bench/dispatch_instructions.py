@@ -18,7 +18,6 @@ many instructions it takes off (docs/performance.md, "Figure 6, dispatch"). Need
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ import uvloop
 
 from bench.fig_dispatch import dispatcher, setup
 from bench.procs import short_tmpdir
-from bench.turn_misses import count_per_unit
+from bench.turn_misses import count_per_unit, require_valgrind
 
 FEW, MANY = 10_000, 30_000  # calls per run: their difference leaves out start and end
 PATHS = ("product", "direct")
@@ -73,9 +72,7 @@ def main() -> None:
             parser.error(f"--child takes one of {', '.join(PATHS)} and a count of calls")
         _child(path, int(calls))
         return
-    missing = [tool for tool in ("valgrind", "cg_diff", "cg_annotate") if not shutil.which(tool)]
-    if missing:
-        parser.error(f"{', '.join(missing)} not found: install Debian's valgrind package")
+    require_valgrind(parser)
     product = instructions_per_call("product")
     direct = instructions_per_call("direct")
     print("figure 6's paths, instructions per call (the difference of 10,000 and 30,000 calls):")

@@ -138,6 +138,13 @@ def per_unit(annotated: str, units: int) -> dict[str, float]:
     return {e: (t - m) / units for e, t, m in zip(EVENTS, totals, evicting, strict=True)}
 
 
+def require_valgrind(parser: argparse.ArgumentParser) -> None:
+    """Exit with a usage error naming what is missing unless valgrind's tools are there."""
+    missing = [tool for tool in ("valgrind", "cg_diff", "cg_annotate") if not shutil.which(tool)]
+    if missing:
+        parser.error(f"{', '.join(missing)} not found: install Debian's valgrind package")
+
+
 def parse_arguments(prog: str, doc: str | None, unit: str, **child: Any) -> argparse.Namespace:
     """`--evict MIB` (checked), and `--child` (hidden, `child` its `add_argument` keywords)
     for the process cachegrind counts; without `--child`, valgrind's tools must be there."""
@@ -155,9 +162,8 @@ def parse_arguments(prog: str, doc: str | None, unit: str, **child: Any) -> argp
     args = parser.parse_args()
     if args.evict < 0:
         parser.error(f"--evict takes MiB, 0 or more, not {args.evict}")
-    missing = [tool for tool in ("valgrind", "cg_diff", "cg_annotate") if not shutil.which(tool)]
-    if args.child is None and missing:
-        parser.error(f"{', '.join(missing)} not found: install Debian's valgrind package")
+    if args.child is None:
+        require_valgrind(parser)
     return args
 
 

@@ -182,6 +182,13 @@ class StatePaths(msgspec.Struct, frozen=True):
         return self.swarm(swarm).workdir(instance_key)
 
 
+def instance_dir_text(instances: str, instance_key: str) -> str:
+    """`SwarmPaths.instance_dir` as text, under `instances` (its text): a conversation's first
+    request renames a spare onto it, and a `Path` handed to the OS is parsed and its parts
+    interned first (microseconds on that request's cold caches)."""
+    return f"{instances}/{storage_name(instance_key)}"
+
+
 class SwarmPaths(msgspec.Struct, frozen=True):
     """One swarm's directories. An agent keeps its swarm's: it makes paths under them for
     every new conversation, and each `/` re-parses (microseconds on a cold cache)."""
